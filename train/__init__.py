@@ -1,0 +1,1 @@
+"""trainbox: supervised, self-healing training runs (see README.md)."""

@@ -1,0 +1,55 @@
+"""Crash-safe file writes: temp file in the same directory, fsync, rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def fsync_dir(directory: PathLike) -> None:
+    """Persist a rename: fsync the directory that holds the entry."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True) -> Iterator[IO]:
+    """Yield a file that replaces ``path`` only once it is completely written.
+
+    Until the rename, readers see the previous content (or no file); a crash
+    leaves at most a stray ``.<name>.*.tmp`` beside it, never a torn file.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            if fsync:
+                os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        if fsync:
+            fsync_dir(target.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomic(path: PathLike, data: bytes, fsync: bool = True) -> None:
+    with atomic_writer(path, "wb", fsync=fsync) as handle:
+        handle.write(data)
+
+
+def write_text_atomic(path: PathLike, text: str, fsync: bool = True) -> None:
+    with atomic_writer(path, "w", fsync=fsync) as handle:
+        handle.write(text)

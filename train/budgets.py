@@ -1,0 +1,80 @@
+"""How long a child may stay silent before it counts as stalled.
+
+Which budget applies, in order:
+
+1. no beat yet in this attempt: ``startup`` (``--startup-timeout``);
+2. the last beat declared ``timeout``: ``phase:<phase>`` with that value;
+3. the phase has a learned budget: ``learned:<phase>``;
+4. otherwise ``stall`` (``--stall-timeout``).
+
+Learned budgets follow NVIDIA's nvidia-resiliency-ext: after ``min_samples``
+silent intervals have been seen in a phase, its budget becomes ``factor`` times
+the longest of them, never below ``floor`` and never above the stall timeout,
+so they only ever tighten detection of a phase whose rhythm is known. They are
+forgotten when the profile changes (other loader settings, other rhythm).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    seconds: float
+
+
+@dataclass
+class PhaseRhythm:
+    samples: int = 0
+    longest_s: float = 0.0
+
+
+@dataclass
+class BudgetPolicy:
+    startup_s: float
+    stall_s: float
+    factor: float = 3.0
+    floor_s: float = 60.0
+    min_samples: int = 20
+    rhythm: Dict[str, PhaseRhythm] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("startup_s", "stall_s", "floor_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.factor < 0:
+            raise ValueError(f"factor must be >= 0 (0 disables learning), got {self.factor}")
+
+    def observe(self, beat: Optional[Dict[str, Any]], silent_s: float) -> None:
+        """Record how long the child stayed silent after ``beat`` before its next progress."""
+        if beat is None or beat.get("timeout") is not None or self.factor == 0:
+            return
+        rhythm = self.rhythm.setdefault(str(beat.get("phase", "")), PhaseRhythm())
+        rhythm.samples += 1
+        rhythm.longest_s = max(rhythm.longest_s, silent_s)
+
+    def learned(self) -> Dict[str, float]:
+        """Learned budgets in force, by phase."""
+        return {
+            phase: round(min(self.stall_s, max(self.floor_s, self.factor * r.longest_s)), 3)
+            for phase, r in self.rhythm.items()
+            if r.samples >= self.min_samples and self.factor > 0
+        }
+
+    def forget(self) -> None:
+        self.rhythm.clear()
+
+    def current(self, beat: Optional[Dict[str, Any]]) -> Budget:
+        if beat is None:
+            return Budget("startup", self.startup_s)
+        phase = str(beat.get("phase", ""))
+        declared = beat.get("timeout")
+        if isinstance(declared, (int, float)) and not isinstance(declared, bool) and declared > 0:
+            return Budget(f"phase:{phase}", float(declared))
+        learned = self.learned().get(phase)
+        if learned is not None:
+            return Budget(f"learned:{phase}", learned)
+        return Budget("stall", self.stall_s)

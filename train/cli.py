@@ -1,0 +1,187 @@
+"""``python -m train``: supervise a command, run supervised YOLO training, make demo data, check health.
+
+Host-side module: never imports torch or ultralytics. User mistakes end with
+one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import List, NoReturn, Optional, Sequence, Tuple
+
+from train import profiles
+from train.supervisor import Launch, Planner, Supervisor, SupervisorSpec
+
+EXIT_USAGE = 2
+DEFAULT_RUN_DIR = "runs/trainbox"
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for; the message is the one line they see."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profile: bool) -> None:
+    default_note = " (default: the profile's)" if budgets_from_profile else ""
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)),
+        help=f"events, heartbeat, incidents and checkpoints go here (default: $TRAIN_RUN_DIR or {DEFAULT_RUN_DIR})",
+    )
+    parser.add_argument(
+        "--startup-timeout",
+        type=_positive,
+        default=None if budgets_from_profile else 600.0,
+        help=f"seconds until the first beat{default_note or ' (default: 600)'}",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=_positive,
+        default=None if budgets_from_profile else 300.0,
+        help=f"seconds allowed between beats{default_note or ' (default: 300)'}",
+    )
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL (default: 30)")
+    parser.add_argument("--max-restarts", type=_count, default=5, help="restarts before giving up (default: 5)")
+    parser.add_argument("--backoff", type=float, default=2.0, help="first restart delay, doubled per failure (default: 2)")
+    parser.add_argument(
+        "--learned-factor",
+        type=float,
+        default=3.0,
+        help="learned budget = factor x slowest silent interval seen in a phase; 0 disables (default: 3)",
+    )
+    parser.add_argument("--learned-floor", type=_positive, default=60.0, help="learned budgets never go below this (default: 60)")
+    parser.add_argument(
+        "--learned-min-samples", type=_count, default=20, help="intervals to see in a phase before learning its budget (default: 20)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="do not echo the child's output (it is still logged)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m train", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    supervise = sub.add_parser("supervise", help="supervise any command: python -m train supervise [options] -- CMD ...")
+    _add_supervisor_options(supervise, budgets_from_profile=False)
+
+    run = sub.add_parser("run", help="supervised Ultralytics training with a profile")
+    run.add_argument("--profile", required=True, help="profile name from env/profiles (safe, balanced, fast, ...)")
+    run.add_argument("--profiles-dir", type=Path, default=None, help="where profiles live (default: env/profiles)")
+    _add_supervisor_options(run, budgets_from_profile=True)
+    run.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments (data=, epochs=, imgsz=, ...)")
+
+    demo = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
+    demo.add_argument("directory", type=Path)
+    demo.add_argument("--train", type=_count, default=32, help="training images (default: 32)")
+    demo.add_argument("--val", type=_count, default=8, help="validation images (default: 8)")
+    demo.add_argument("--imgsz", type=_count, default=96, help="image side in pixels (default: 96)")
+
+    health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
+    health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    return parser
+
+
+def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
+    try:
+        return SupervisorSpec(
+            run_dir=args.run_dir,
+            planner=planner,
+            grace_s=args.grace,
+            max_restarts=args.max_restarts,
+            backoff_s=args.backoff,
+            backoff_max_s=max(60.0, args.backoff),
+            learned_factor=args.learned_factor,
+            learned_floor_s=args.learned_floor,
+            learned_min_samples=max(1, args.learned_min_samples),
+            echo=not args.quiet,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
+
+
+def _supervise(args: argparse.Namespace, command: List[str]) -> int:
+    if not command:
+        raise UsageError("no command to supervise: python -m train supervise [options] -- CMD [ARGS...]")
+    launch = Launch(argv=command, startup_timeout=args.startup_timeout, stall_timeout=args.stall_timeout)
+    return Supervisor(_spec(args, Planner(launch))).run()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from train.ladder import ProfileLadder
+    from train.yolo.args import OverrideError, validate_overrides
+
+    directory = args.profiles_dir or profiles.default_profiles_dir()
+    try:
+        profile = profiles.load(args.profile, directory)
+        chain = profiles.fallback_chain(profile, directory)
+        validate_overrides(args.overrides)
+    except (profiles.ProfileError, OverrideError) as exc:
+        raise UsageError(str(exc)) from None
+    ladder = ProfileLadder(chain, args.overrides, directory, args.startup_timeout, args.stall_timeout)
+    return Supervisor(_spec(args, ladder)).run()
+
+
+def _demo_data(args: argparse.Namespace) -> int:
+    from train.demo_data import write_demo_dataset
+
+    data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
+    print(data_yaml)
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    from train.health import check
+
+    healthy, why = check(args.run_dir)
+    print(("healthy: " if healthy else "unhealthy: ") + why)
+    return 0 if healthy else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    own, command = _split_command(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(own)
+        if args.command == "supervise":
+            return _supervise(args, command)
+        if command:
+            raise UsageError(f"'--' is only for 'supervise'; {args.command} takes no command")
+        handlers = {"run": _run, "demo-data": _demo_data, "health": _health}
+        return handlers[args.command](args)
+    except UsageError as exc:
+        sys.stderr.write(f"trainbox: error: {exc}\n")
+        return EXIT_USAGE

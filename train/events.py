@@ -1,0 +1,54 @@
+"""``RUN_DIR/events.jsonl``: the run's history, one JSON object per line.
+
+Every record has ``ts`` (unix seconds), ``event`` and ``attempt``. Lines are
+appended with one ``write`` on an ``O_APPEND`` descriptor and fsynced, so a
+crash loses at most the line being written and never corrupts earlier ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+#: start: an attempt was launched (carries ``profile``); stall: a budget ran out
+#: (``budget``, ``budget_s``, ``silent_s``); crash: the child exited non-zero;
+#: restart: the next attempt is scheduled; exit: the supervisor ends (``code``);
+#: give_up: the restart budget is spent or the child is misconfigured.
+EVENTS = ("start", "stall", "crash", "restart", "exit", "give_up")
+
+
+class EventLog:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def emit(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
+        if event not in EVENTS:
+            raise ValueError(f"unknown event {event!r}")
+        record = {"ts": round(time.time(), 3), "event": event, "attempt": attempt, **fields}
+        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return record
+
+
+def read_events(path: Path) -> List[Dict[str, Any]]:
+    """All complete records; a torn last line (crash mid-write) is ignored."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records

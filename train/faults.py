@@ -1,0 +1,207 @@
+"""Fault injection: the one place every hang, crash and kill in the tests comes from.
+
+A fault is armed through the environment and fires at a named *site* when
+its conditions match the context the site reports::
+
+    TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE ...][;KIND@SITE...]"
+    TRAIN_FAULT="sleep@worker,attempt=0,epoch>=2"
+
+``attempt`` is always available (from ``TRAIN_ATTEMPT``). Code declares sites
+with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
+that is one dictionary lookup.
+
+Each hang runs in a function whose name says what it is, so tests can find
+that name in the incident's stacks. ``python -m train.faults`` is a small
+beating child for supervisor tests (see ``main``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+FAULT_ENV = "TRAIN_FAULT"
+
+
+def hang_sleep() -> None:
+    """Block forever in a sleep (a dead peer, a lost wake-up)."""
+    while True:
+        time.sleep(3600)
+
+
+def hang_lock_deadlock() -> None:
+    """Two threads take two locks in opposite order: a classic ABBA deadlock."""
+    first, second = threading.Lock(), threading.Lock()
+    ready = threading.Barrier(2)
+
+    def other() -> None:
+        with second:
+            ready.wait()
+            with first:
+                pass
+
+    threading.Thread(target=other, name="deadlock-peer", daemon=True).start()
+    with first:
+        ready.wait()
+        with second:
+            pass
+
+
+def hang_spin() -> None:
+    """Burn 100% of a core without making progress (a livelock, a busy compile)."""
+    counter = 0
+    while True:
+        counter = (counter + 1) % 1_000_003
+
+
+def hang_forked_worker() -> None:
+    """What the forked child runs: it never finishes."""
+    hang_sleep()
+
+
+def hang_waiting_on_forked_worker() -> None:
+    """Fork a worker that never finishes and wait for it (the DataLoader-after-fork hang)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            hang_forked_worker()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def hang_ignoring_sigterm() -> None:
+    """Ignore SIGTERM, then hang: only SIGKILL ends this process."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    hang_sleep()
+
+
+def hang_with_setsid_grandchild() -> None:
+    """Start a grandchild in its own session (out of our process group), then hang."""
+    subprocess.Popen(
+        [sys.executable, "-c", "import time\nwhile True: time.sleep(3600)"],
+        start_new_session=True,
+    )
+    hang_sleep()
+
+
+def crash() -> None:
+    """Exit with status 3, as a training script that hit an error would."""
+    sys.stderr.write("trainbox fault: injected crash\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+
+def sigkill_self() -> None:
+    """Die at once, as the OOM killer or a power cut would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+KINDS: Dict[str, Callable[[], None]] = {
+    "sleep": hang_sleep,
+    "lock": hang_lock_deadlock,
+    "spin": hang_spin,
+    "fork": hang_waiting_on_forked_worker,
+    "ignore-sigterm": hang_ignoring_sigterm,
+    "setsid": hang_with_setsid_grandchild,
+    "crash": crash,
+    "sigkill": sigkill_self,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    site: str
+    conditions: Tuple[Tuple[str, str, int], ...]
+
+    def matches(self, site: str, context: Dict[str, object]) -> bool:
+        if site != self.site:
+            return False
+        for key, op, expected in self.conditions:
+            value = context.get(key)
+            if value is None:
+                return False
+            actual = int(value)  # type: ignore[call-overload]
+            if (op == ">=" and actual < expected) or (op == "=" and actual != expected):
+                return False
+        return True
+
+
+def parse(spec: str) -> List[Fault]:
+    """Parse a ``TRAIN_FAULT`` value; raise ValueError naming the bad part."""
+    found = []
+    for entry in filter(None, (part.strip() for part in spec.split(";"))):
+        head, *conds = entry.split(",")
+        kind, sep, site = head.partition("@")
+        if not sep or kind not in KINDS or not site:
+            raise ValueError(f"bad fault {entry!r}: expected KIND@SITE with KIND in {sorted(KINDS)}")
+        conditions = []
+        for cond in conds:
+            op = ">=" if ">=" in cond else "="
+            key, _, value = cond.partition(op)
+            if not key or not value.lstrip("-").isdigit():
+                raise ValueError(f"bad fault condition {cond!r} in {entry!r}: expected KEY=INT or KEY>=INT")
+            conditions.append((key.strip(), op, int(value)))
+        found.append(Fault(kind, site.strip(), tuple(conditions)))
+    return found
+
+
+_armed: Optional[Tuple[str, List[Fault]]] = None
+
+
+def armed() -> List[Fault]:
+    global _armed
+    spec = os.environ.get(FAULT_ENV, "")
+    if _armed is None or _armed[0] != spec:
+        _armed = (spec, parse(spec))
+    return _armed[1]
+
+
+def point(site: str, **context: object) -> None:
+    """Fire the first armed fault whose site and conditions match here."""
+    if not os.environ.get(FAULT_ENV):
+        return
+    context.setdefault("attempt", os.environ.get("TRAIN_ATTEMPT", "0"))
+    for fault in armed():
+        if fault.matches(site, context):
+            KINDS[fault.kind]()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
+
+    ``--phase-timeout`` declares a phase ``slow`` of that budget before step
+    ``--slow-step`` and then stays silent for ``--slow-seconds``.
+    """
+    from train import heartbeat
+
+    parser = argparse.ArgumentParser(prog="python -m train.faults")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--interval", type=float, default=0.1)
+    parser.add_argument("--slow-step", type=int, default=-1)
+    parser.add_argument("--slow-seconds", type=float, default=0.0)
+    parser.add_argument("--phase-timeout", type=float, default=None)
+    parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
+    args = parser.parse_args(argv)
+    time.sleep(args.silent_start)
+    for step in range(args.steps):
+        if step == args.slow_step:
+            heartbeat.beat("slow", step=step, timeout=args.phase_timeout, force=True)
+            time.sleep(args.slow_seconds)
+        heartbeat.beat("train", step=step, timeout=None, force=True)
+        print(f"step {step}", flush=True)
+        point("step", step=step)
+        time.sleep(args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""The child's side of the supervisor contract: beats, and stack dumps on request.
+
+A beat rewrites ``$TRAIN_HEARTBEAT_FILE`` atomically with one JSON object. The
+supervisor counts a beat as progress when the object (ignoring ``ts`` and
+``pid``) differs from the previous one. ``beat()`` is throttled: it writes at
+most once per ``TRAIN_HEARTBEAT_INTERVAL`` seconds (default 1) unless the
+phase or its declared timeout changes, so calling it on every batch costs a
+dictionary update and a clock read.
+
+Standard library only: this module is imported by the supervisor, by training
+children and by spawned DataLoader workers alike.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from train.atomic import write_text_atomic
+
+HEARTBEAT_ENV = "TRAIN_HEARTBEAT_FILE"
+ATTEMPT_ENV = "TRAIN_ATTEMPT"
+RUN_DIR_ENV = "TRAIN_RUN_DIR"
+INTERVAL_ENV = "TRAIN_HEARTBEAT_INTERVAL"
+
+#: Keys that change on every write and so never count as progress.
+VOLATILE_KEYS = frozenset({"ts", "pid"})
+
+#: The signal a process answers with a dump of all its threads' Python stacks.
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+
+
+class _Beater:
+    """Process-local throttled writer; one per process (reset after fork)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.state: Dict[str, Any] = {}
+        self.written: Dict[str, Any] = {}
+        self.last_write = 0.0
+        path = os.environ.get(HEARTBEAT_ENV)
+        self.path: Optional[Path] = Path(path) if path else None
+        self.interval = float(os.environ.get(INTERVAL_ENV, "1.0"))
+
+    def beat(self, force: bool, fields: Dict[str, Any]) -> bool:
+        if self.path is None:
+            return False
+        with self.lock:
+            for key, value in fields.items():
+                if value is None:
+                    self.state.pop(key, None)
+                else:
+                    self.state[key] = value
+            now = time.monotonic()
+            phase_changed = any(
+                self.state.get(k) != self.written.get(k) for k in ("phase", "timeout")
+            )
+            if not (force or phase_changed or now - self.last_write >= self.interval):
+                return False
+            record = dict(self.state, ts=time.time(), pid=os.getpid())
+            write_text_atomic(self.path, json.dumps(record, sort_keys=True), fsync=False)
+            self.written = dict(self.state)
+            self.last_write = now
+            return True
+
+
+_beater: Optional[_Beater] = None
+
+
+def _reset_after_fork() -> None:
+    global _beater
+    _beater = None
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def beat(
+    phase: Optional[str] = None,
+    *,
+    step: Optional[int] = None,
+    epoch: Optional[int] = None,
+    batch: Optional[int] = None,
+    timeout: Optional[float] = None,
+    force: bool = False,
+    **metrics: Any,
+) -> bool:
+    """Record progress; return True when the heartbeat file was written.
+
+    Fields given as None are removed from the record (``timeout=None`` ends a
+    declared phase budget). Without ``TRAIN_HEARTBEAT_FILE`` this is a no-op,
+    so instrumented scripts also run unsupervised.
+    """
+    global _beater
+    if _beater is None:
+        _beater = _Beater()
+        install_stack_dump()
+    fields: Dict[str, Any] = dict(metrics)
+    fields.update(phase=phase, step=step, epoch=epoch, batch=batch, timeout=timeout)
+    if phase is None:
+        fields.pop("phase")
+    return _beater.beat(force, fields)
+
+
+def read(path: Path) -> Optional[Dict[str, Any]]:
+    """The last complete beat in ``path``, or None when absent or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def progress_key(record: Optional[Dict[str, Any]]) -> Optional[str]:
+    """What must change between two beats for the second to count as progress."""
+    if record is None:
+        return None
+    return json.dumps({k: v for k, v in record.items() if k not in VOLATILE_KEYS}, sort_keys=True)
+
+
+def stacks_dir_for(run_dir: Path) -> Path:
+    """Where processes of a run write their faulthandler stack dumps."""
+    return Path(run_dir) / "stacks"
+
+
+def stacks_dir() -> Optional[Path]:
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    return stacks_dir_for(Path(run_dir)) if run_dir else None
+
+
+_stack_file = None
+
+
+def install_stack_dump() -> bool:
+    """Dump all Python thread stacks to ``$TRAIN_RUN_DIR/stacks/<pid>.txt`` on SIGUSR1.
+
+    The supervisor sends the signal only to processes whose signal mask shows
+    a handler (``SigCgt`` in /proc), since SIGUSR1 kills a process that has
+    none. Called by ``beat()`` and by DataLoader worker init functions; a
+    forked child re-registers with its own file.
+    """
+    global _stack_file
+    directory = stacks_dir()
+    if directory is None:
+        return False
+    directory.mkdir(parents=True, exist_ok=True)
+    if _stack_file is not None:
+        _stack_file.close()
+    _stack_file = open(directory / f"{os.getpid()}.txt", "w")  # noqa: SIM115 - must outlive this call
+    faulthandler.register(STACK_DUMP_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+    return True
+
+
+def _reinstall_after_fork() -> None:
+    if _stack_file is not None:
+        install_stack_dump()
+
+
+os.register_at_fork(after_in_child=_reinstall_after_fork)

@@ -1,0 +1,189 @@
+"""Incident reports: what a stalled run looked like, captured before anything is killed.
+
+``RUN_DIR/incidents/<attempt>/`` holds:
+
+* ``summary.json``: which budget ran out, how long the child was silent, the
+  last beat, and how each process's stack was obtained;
+* ``processes.json`` and ``processes.txt``: the tree with states, CPU times, threads;
+* ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
+  py-spy where ptrace is allowed, else from the faulthandler dump of processes
+  that registered one (see :func:`train.heartbeat.install_stack_dump`);
+* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd messages).
+
+The directory is assembled under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import psutil
+
+from train import heartbeat, proctree
+from train.atomic import fsync_dir
+
+PY_SPY_TIMEOUT_S = 20.0
+FAULTHANDLER_WAIT_S = 2.0
+KERNEL_PATTERN = ("amdgpu", "kfd", "drm", "gpu", "hung_task", "nvrm", "xid")
+
+
+def _py_spy() -> Optional[str]:
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else None
+
+
+def _stack_by_py_spy(pid: int) -> Tuple[Optional[str], str]:
+    tool = _py_spy()
+    if tool is None:
+        return None, "py-spy not installed"
+    try:
+        done = subprocess.run(
+            [tool, "dump", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=PY_SPY_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"py-spy timed out after {PY_SPY_TIMEOUT_S:.0f} s"
+    if done.returncode == 0 and "Thread" in done.stdout:
+        return done.stdout, "py-spy"
+    reason = (done.stderr.strip().splitlines() or ["no output"])[0]
+    return None, f"py-spy failed: {reason}"
+
+
+def _stacks_by_faulthandler(pids: Sequence[int], stacks_dir: Optional[Path]) -> Dict[int, Tuple[Optional[str], str]]:
+    """Ask every process that has a SIGUSR1 handler to dump its stacks into its file."""
+    results: Dict[int, Tuple[Optional[str], str]] = {}
+    if stacks_dir is None:
+        return {pid: (None, "no faulthandler dump directory") for pid in pids}
+    mask = 1 << (heartbeat.STACK_DUMP_SIGNAL - 1)
+    asked: Dict[int, int] = {}
+    for pid in pids:
+        if not proctree.caught_signals(pid) & mask:
+            results[pid] = (None, "no stack-dump handler registered (SIGUSR1 would kill it)")
+            continue
+        path = stacks_dir / f"{pid}.txt"
+        asked[pid] = path.stat().st_size if path.exists() else 0
+        try:
+            psutil.Process(pid).send_signal(heartbeat.STACK_DUMP_SIGNAL)
+        except psutil.Error as exc:
+            results[pid] = (None, f"could not signal: {exc}")
+            asked.pop(pid)
+    deadline = time.monotonic() + FAULTHANDLER_WAIT_S
+    while asked and time.monotonic() < deadline:
+        time.sleep(0.1)
+        for pid, offset in list(asked.items()):
+            path = stacks_dir / f"{pid}.txt"
+            if path.exists() and path.stat().st_size > offset:
+                time.sleep(0.1)
+                with path.open() as handle:
+                    handle.seek(offset)
+                    results[pid] = (handle.read(), "faulthandler")
+                asked.pop(pid)
+    for pid in asked:
+        results[pid] = (None, "faulthandler dump did not arrive")
+    return results
+
+
+def collect_stacks(pids: Sequence[int], stacks_dir: Optional[Path]) -> Dict[int, Tuple[Optional[str], str]]:
+    """Stacks per pid: py-spy in parallel first, the faulthandler dump for the rest."""
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(pids)))) as pool:
+        results = dict(zip(pids, pool.map(_stack_by_py_spy, pids)))
+    missing = [pid for pid, (text, _) in results.items() if text is None]
+    if missing:
+        fallback = _stacks_by_faulthandler(missing, stacks_dir)
+        for pid, (text, how) in fallback.items():
+            if text is not None:
+                results[pid] = (text, how)
+            else:
+                results[pid] = (None, f"{results[pid][1]}; {how}")
+    return results
+
+
+def kernel_messages(limit: int = 200) -> str:
+    """Recent kernel messages about the GPU, or why they cannot be read."""
+    try:
+        done = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"kernel messages not readable: {exc}\n"
+    if done.returncode != 0:
+        return f"kernel messages not readable: {done.stderr.strip() or 'dmesg failed'}\n"
+    lines = [line for line in done.stdout.splitlines() if any(k in line.lower() for k in KERNEL_PATTERN)]
+    return "\n".join(lines[-limit:]) + "\n" if lines else "no amdgpu/kfd/GPU kernel messages\n"
+
+
+def _tree_text(rows: List[Dict[str, Any]]) -> str:
+    by_parent: Dict[int, List[Dict[str, Any]]] = {}
+    pids = {row["pid"] for row in rows}
+    for row in rows:
+        by_parent.setdefault(row["ppid"], []).append(row)
+    lines: List[str] = []
+
+    def show(row: Dict[str, Any], depth: int) -> None:
+        lines.append(
+            f"{'  ' * depth}{row['pid']:>7} {row['status']:<9} cpu {row['cpu_user_s']:>8.2f}u "
+            f"{row['cpu_system_s']:>7.2f}s thr {row['threads']:>3} pgid {row['pgid']} sid {row['sid']}  "
+            + " ".join(row["cmdline"])[:200]
+        )
+        for child in by_parent.get(row["pid"], []):
+            show(child, depth + 1)
+
+    for row in rows:
+        if row["ppid"] not in pids:
+            show(row, 0)
+    return "\n".join(lines) + "\n"
+
+
+def write_incident(
+    directory: Path,
+    *,
+    tree: proctree.ProcessTree,
+    reason: Dict[str, Any],
+    last_beat: Optional[Dict[str, Any]],
+    output_tail: bytes,
+    stacks_dir: Optional[Path],
+) -> Dict[str, Any]:
+    """Write the report for one stall; return its summary (also in summary.json)."""
+    started = time.monotonic()
+    directory = Path(directory)
+    staging = directory.with_name(f".{directory.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "stacks").mkdir(parents=True)
+
+    procs = tree.scan()
+    rows = proctree.describe(procs)
+    stacks = collect_stacks([row["pid"] for row in rows], stacks_dir)
+    how: Dict[str, str] = {}
+    for pid, (text, method) in stacks.items():
+        how[str(pid)] = method
+        body = text if text is not None else f"no stack: {method}\n"
+        (staging / "stacks" / f"{pid}.txt").write_text(body)
+
+    (staging / "processes.json").write_text(json.dumps(rows, indent=2))
+    (staging / "processes.txt").write_text(_tree_text(rows))
+    (staging / "heartbeat.json").write_text(json.dumps(last_beat, indent=2, sort_keys=True))
+    (staging / "output-tail.txt").write_bytes(output_tail)
+    (staging / "kernel.txt").write_text(kernel_messages())
+
+    summary = dict(reason)
+    summary.update(
+        processes=len(rows),
+        stacks=how,
+        write_s=round(time.monotonic() - started, 3),
+        bytes=sum(f.stat().st_size for f in staging.rglob("*") if f.is_file()),
+    )
+    (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+    fsync_dir(directory.parent)
+    return summary

@@ -1,0 +1,122 @@
+"""Training profiles: validated loader and safety settings in ``env/profiles/*.yaml``.
+
+A profile names everything that used to be changed by hand, one night at a
+time: DataLoader workers and their start method, persistence and prefetch,
+validation on/off, mixed precision, CPU threads, the stall budgets, and the
+``fallback`` profile the next attempt uses after a stall.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PROFILES_DIR_ENV = "TRAIN_PROFILES_DIR"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message is one line naming file and field."""
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    workers: int = Field(ge=0, description="DataLoader worker processes (0 = load in the main process)")
+    multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = Field(
+        default=None, description="how workers start; None keeps PyTorch's default (fork on Linux)"
+    )
+    persistent_workers: bool = False
+    prefetch_factor: Optional[int] = Field(default=None, ge=1, description="batches loaded ahead per worker")
+    val: bool = True
+    amp: bool = False
+    cpu_threads: Optional[int] = Field(default=None, ge=1, description="torch intra-op threads; None = all cores")
+    startup_timeout: float = Field(gt=0, description="seconds until the first beat and for the first batch")
+    stall_timeout: float = Field(gt=0, description="seconds allowed between beats")
+    val_timeout: float = Field(gt=0, description="seconds a validation pass may stay silent")
+    save_timeout: float = Field(gt=0, description="seconds a checkpoint save may stay silent")
+    fallback: Optional[str] = Field(default=None, description="profile the next attempt uses after a stall")
+
+    @model_validator(mode="after")
+    def _loader_options_need_workers(self) -> "Profile":
+        if self.workers == 0:
+            for field in ("multiprocessing_context", "persistent_workers", "prefetch_factor"):
+                if getattr(self, field):
+                    raise ValueError(f"{field} needs workers > 0 (workers is 0)")
+        if self.fallback == self.name:
+            raise ValueError("fallback names the profile itself")
+        return self
+
+
+def default_profiles_dir() -> Path:
+    """``$TRAIN_PROFILES_DIR``, else ``env/profiles`` of this checkout or install."""
+    configured = os.environ.get(PROFILES_DIR_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parent.parent / "env" / "profiles"
+
+
+def _one_line(path: Path, error: ValidationError) -> str:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(profile)"
+    message = first["msg"].replace("Value error, ", "")
+    return f"{path}: field '{field}': {message}"
+
+
+def load_file(path: Path) -> Profile:
+    """Load one profile file; its name is the file's stem."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ProfileError(f"{path}: not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    if "name" in data and data["name"] != path.stem:
+        raise ProfileError(f"{path}: field 'name': must match the file name ({path.stem!r}) or be left out")
+    try:
+        return Profile(**{**data, "name": path.stem})
+    except ValidationError as exc:
+        raise ProfileError(_one_line(path, exc)) from None
+
+
+def available(directory: Optional[Path] = None) -> List[str]:
+    directory = directory or default_profiles_dir()
+    return sorted(p.stem for p in directory.glob("*.yaml"))
+
+
+def load(name: str, directory: Optional[Path] = None) -> Profile:
+    """Load profile ``name`` and check that its fallback chain ends without a loop."""
+    directory = directory or default_profiles_dir()
+    path = directory / f"{name}.yaml"
+    if not path.is_file():
+        names = ", ".join(available(directory)) or "none"
+        raise ProfileError(f"unknown profile {name!r}: choose one of {names} (profiles in {directory})")
+    profile = load_file(path)
+    fallback_chain(profile, directory)
+    return profile
+
+
+def fallback_chain(profile: Profile, directory: Optional[Path] = None) -> List[Profile]:
+    """``profile`` followed by each fallback in turn."""
+    directory = directory or default_profiles_dir()
+    chain = [profile]
+    seen: Dict[str, Profile] = {profile.name: profile}
+    while chain[-1].fallback:
+        name = chain[-1].fallback
+        if name in seen:
+            raise ProfileError(f"{directory / (chain[-1].name + '.yaml')}: field 'fallback': loops back to {name!r}")
+        path = directory / f"{name}.yaml"
+        if not path.is_file():
+            raise ProfileError(f"{directory / (chain[-1].name + '.yaml')}: field 'fallback': no profile {name!r}")
+        seen[name] = load_file(path)
+        chain.append(seen[name])
+    return chain

@@ -1,0 +1,530 @@
+"""The supervisor: run a child, notice when it stops making progress, diagnose, kill, restart.
+
+Shaped after torchelastic's agent: a spec validated on creation, a state enum
+that documents the machine, and a ``run()`` that always cleans up.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+
+from train import heartbeat, incident, proctree
+from train.atomic import write_text_atomic
+from train.budgets import BudgetPolicy
+from train.events import EventLog
+
+EXIT_OK = 0
+EXIT_GAVE_UP = 1
+EXIT_MISCONFIGURED = 3
+STATE_FILE = "state.json"
+HEARTBEAT_FILE = "heartbeat.json"
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+class State(str, Enum):
+    """Where the supervisor is. The transitions::
+
+        STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
+        STARTING | RUNNING --exit != 0--------------> CRASHED
+        STARTING | RUNNING --budget spent-----------> STALLED  (incident written, tree killed)
+        CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
+        CRASHED | STALLED --restart budget spent----> GAVE_UP
+        CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
+        any --SIGTERM/SIGINT to the supervisor------> STOPPING --tree gone--> STOPPED
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    CRASHED = "crashed"
+    STALLED = "stalled"
+    BACKOFF = "backoff"
+    SUCCEEDED = "succeeded"
+    GAVE_UP = "gave_up"
+    MISCONFIGURED = "misconfigured"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+#: States in which ``python -m train health`` reports healthy (while beats keep coming).
+LIVE_STATES = (State.STARTING, State.RUNNING, State.BACKOFF)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt's command, the profile it stands for, and its budgets."""
+
+    argv: Sequence[str]
+    startup_timeout: float
+    stall_timeout: float
+    profile: Optional[str] = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("no command to supervise: give it after '--'")
+        for name in ("startup_timeout", "stall_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+
+
+class Planner:
+    """Chooses each attempt's launch. This one repeats the same command."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+
+    def first(self) -> Launch:
+        return self.launch
+
+    def after(self, stalled: bool) -> Launch:
+        """The launch for the next attempt, after a stall (True) or a crash (False)."""
+        return self.launch
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    run_dir: Path
+    planner: Planner
+    grace_s: float = 30.0
+    max_restarts: int = 5
+    backoff_s: float = 2.0
+    backoff_max_s: float = 60.0
+    learned_factor: float = 3.0
+    learned_floor_s: float = 60.0
+    learned_min_samples: int = 20
+    poll_s: float = 0.5
+    echo: bool = True
+
+    def __post_init__(self) -> None:
+        checks = {
+            "grace_s": self.grace_s >= 0,
+            "max_restarts": self.max_restarts >= 0,
+            "backoff_s": self.backoff_s >= 0,
+            "backoff_max_s": self.backoff_max_s >= self.backoff_s,
+            "learned_factor": self.learned_factor >= 0,
+            "learned_floor_s": self.learned_floor_s > 0,
+            "learned_min_samples": self.learned_min_samples >= 1,
+            "poll_s": self.poll_s > 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"invalid {name}: {getattr(self, name)}")
+
+
+@dataclass
+class Outcome:
+    kind: str  # "exited", "stalled" or "stopped"
+    code: Optional[int] = None
+    beats: int = 0
+    first_beat_ts: Optional[float] = None
+    first_step_ts: Optional[float] = None
+    last_beat: Optional[Dict[str, Any]] = None
+    detail: Dict[str, Any] = field(default_factory=dict)
+
+
+class OutputTee:
+    """Copies the child's output to our stdout and a log file, keeping the tail for reports."""
+
+    def __init__(self, stream: Any, log_path: Path, echo: bool) -> None:
+        self._fd = stream.fileno()
+        self._stream = stream
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+        self._echo = echo
+        self._tail: Deque[bytes] = collections.deque()
+        self._tail_size = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._pump, name="child-output", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self._log.write(chunk)
+            self._log.flush()
+            if self._echo:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+            with self._lock:
+                self._tail.append(chunk)
+                self._tail_size += len(chunk)
+                while self._tail_size - len(self._tail[0]) >= OUTPUT_TAIL_BYTES:
+                    self._tail_size -= len(self._tail.popleft())
+
+    def tail(self) -> bytes:
+        with self._lock:
+            return b"".join(self._tail)[-OUTPUT_TAIL_BYTES:]
+
+    def tail_lines(self, count: int) -> List[str]:
+        text = self.tail().decode("utf-8", "replace").replace("\r", "\n")
+        return [line for line in text.splitlines() if line.strip()][-count:]
+
+    def close(self) -> None:
+        self._thread.join(timeout=2.0)
+        self._stream.close()
+        self._log.close()
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"trainbox: {message}\n")
+    sys.stderr.flush()
+
+
+class Supervisor:
+    def __init__(self, spec: SupervisorSpec) -> None:
+        self.spec = spec
+        self.run_dir = Path(spec.run_dir)
+        self.events = EventLog(self.run_dir / "events.jsonl")
+        self.state = State.STARTING
+        self._stop_signal: Optional[int] = None
+        self._tree: Optional[proctree.ProcessTree] = None
+        self._status: Dict[str, Any] = {"restarts": 0, "stalls": 0, "crashes": 0}
+        self._status_written = 0.0
+
+    # -- public ----------------------------------------------------------
+    def run(self) -> int:
+        """Supervise until success, give-up or a stop signal; return the exit code."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        proctree.become_subreaper()
+        code = EXIT_GAVE_UP
+        try:
+            code = self._loop()
+            return code
+        finally:
+            if self._tree is not None and self._tree.alive():
+                self._tree.terminate(self.spec.grace_s)
+            self._publish(force=True, exit_code=code)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- the loop ----------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._stop_signal = signum
+
+    def _loop(self) -> int:
+        planner = self.spec.planner
+        launch = planner.first()
+        policy = self._policy(launch)
+        attempt = 0
+        no_beat_streak = 0
+        failures = 0
+        history: List[str] = []
+        while True:
+            outcome = self._attempt(attempt, launch, policy)
+            if outcome.kind == "stopped":
+                return self._finish(attempt, 128 + (self._stop_signal or signal.SIGTERM), State.STOPPED, "stopped by signal")
+            if outcome.kind == "exited" and outcome.code == 0:
+                return self._finish(attempt, EXIT_OK, State.SUCCEEDED, "completed")
+            history.append(self._describe(outcome, launch))
+            no_beat_streak = no_beat_streak + 1 if outcome.beats == 0 else 0
+            failures = failures + 1 if outcome.beats <= 1 else 1
+            if no_beat_streak >= 2:
+                return self._misconfigured(attempt, outcome)
+            if self._status["restarts"] >= self.spec.max_restarts:
+                return self._give_up(attempt, history)
+            stalled = outcome.kind == "stalled"
+            next_launch = planner.after(stalled)
+            if next_launch.profile != launch.profile or next_launch.startup_timeout != launch.startup_timeout:
+                policy = self._policy(next_launch)
+            delay = min(self.spec.backoff_max_s, self.spec.backoff_s * 2 ** (failures - 1))
+            self._status["restarts"] += 1
+            self.events.emit(
+                "restart",
+                attempt + 1,
+                after=outcome.kind,
+                delay_s=round(delay, 3),
+                profile=next_launch.profile,
+                previous_profile=launch.profile,
+            )
+            _say(
+                f"restarting (attempt {attempt + 1}, after {outcome.kind}) in {delay:.1f} s"
+                + (f" with profile {next_launch.profile}" if next_launch.profile else "")
+            )
+            self._set_state(State.BACKOFF, attempt=attempt + 1)
+            if self._sleep(delay):
+                return self._finish(attempt, 128 + (self._stop_signal or signal.SIGTERM), State.STOPPED, "stopped by signal")
+            attempt += 1
+            launch = next_launch
+
+    def _policy(self, launch: Launch) -> BudgetPolicy:
+        return BudgetPolicy(
+            startup_s=launch.startup_timeout,
+            stall_s=launch.stall_timeout,
+            factor=self.spec.learned_factor,
+            floor_s=self.spec.learned_floor_s,
+            min_samples=self.spec.learned_min_samples,
+        )
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking early on a stop signal; True when stopped."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._stop_signal is not None:
+                return True
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        return self._stop_signal is not None
+
+    def _child_env(self, attempt: int, launch: Launch) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(launch.env)
+        env.update(
+            {
+                heartbeat.HEARTBEAT_ENV: str(self.run_dir / HEARTBEAT_FILE),
+                heartbeat.ATTEMPT_ENV: str(attempt),
+                heartbeat.RUN_DIR_ENV: str(self.run_dir),
+                "TRAIN_STARTUP_TIMEOUT": str(launch.startup_timeout),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    def _attempt(self, attempt: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
+        hb_path = self.run_dir / HEARTBEAT_FILE
+        hb_path.unlink(missing_ok=True)
+        try:
+            proc = subprocess.Popen(
+                list(launch.argv),
+                env=self._child_env(attempt, launch),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self.events.emit("start", attempt, profile=launch.profile, argv=list(launch.argv), pid=None)
+            _say(f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}")
+            self.events.emit("crash", attempt, code=127, beats=0, last_output=[str(exc)])
+            self._status["crashes"] += 1
+            return Outcome("exited", code=127, detail={"last_output": [str(exc)]})
+        tee = OutputTee(proc.stdout, self.run_dir / "logs" / f"attempt-{attempt}.log", self.spec.echo)
+        tree = proctree.ProcessTree(proc.pid)
+        self._tree = tree
+        launched_at = time.time()
+        self.events.emit(
+            "start",
+            attempt,
+            profile=launch.profile,
+            argv=list(launch.argv),
+            pid=proc.pid,
+            startup_timeout_s=launch.startup_timeout,
+            stall_timeout_s=launch.stall_timeout,
+        )
+        self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
+        outcome = Outcome("exited")
+        try:
+            outcome = self._watch(attempt, launch, policy, proc, tree, tee)
+            return outcome
+        finally:
+            if tree.alive():
+                tree.terminate(self.spec.grace_s)
+            proc.wait()
+            tee.close()
+            self._tree = None
+            if outcome.kind == "exited" and outcome.code not in (0, None):
+                outcome.detail["last_output"] = tee.tail_lines(20)
+                self._status["crashes"] += 1
+                self.events.emit(
+                    "crash",
+                    attempt,
+                    code=outcome.code,
+                    beats=outcome.beats,
+                    first_beat_ts=outcome.first_beat_ts,
+                    first_step_ts=outcome.first_step_ts,
+                    last_beat=outcome.last_beat,
+                    last_output=tee.tail_lines(5),
+                )
+                _say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
+
+    def _watch(
+        self,
+        attempt: int,
+        launch: Launch,
+        policy: BudgetPolicy,
+        proc: "subprocess.Popen[bytes]",
+        tree: proctree.ProcessTree,
+        tee: OutputTee,
+    ) -> Outcome:
+        outcome = Outcome("exited")
+        hb_path = self.run_dir / HEARTBEAT_FILE
+        last_key: Optional[str] = None
+        last_progress = time.monotonic()
+        while True:
+            if self._stop_signal is not None:
+                self._set_state(State.STOPPING)
+                _say(f"signal {self._stop_signal}: stopping the training tree (grace {self.spec.grace_s:.0f} s)")
+                tree.terminate(self.spec.grace_s)
+                outcome.kind = "stopped"
+                return outcome
+            code = proc.poll()
+            now = time.monotonic()
+            record = heartbeat.read(hb_path)
+            key = heartbeat.progress_key(record)
+            if key is not None and key != last_key:
+                policy.observe(outcome.last_beat, now - last_progress)
+                last_key, last_progress = key, now
+                outcome.beats += 1
+                outcome.last_beat = record
+                wall = time.time()
+                if outcome.first_beat_ts is None:
+                    outcome.first_beat_ts = wall
+                if outcome.first_step_ts is None and record and ("step" in record or "batch" in record):
+                    outcome.first_step_ts = wall
+                if self.state is State.STARTING:
+                    self._set_state(State.RUNNING)
+            if code is not None:
+                outcome.code = code
+                return outcome
+            budget = policy.current(outcome.last_beat)
+            silent = now - last_progress
+            if silent > budget.seconds:
+                return self._stalled(attempt, launch, policy, proc, tree, tee, outcome, budget.name, budget.seconds, silent)
+            tree.scan()
+            self._publish(
+                budget={"name": budget.name, "seconds": budget.seconds},
+                silent_s=round(silent, 2),
+                last_progress_ts=time.time() - silent,
+                heartbeat=outcome.last_beat,
+                learned=policy.learned(),
+            )
+            time.sleep(min(self.spec.poll_s, max(0.05, budget.seconds / 20)))
+
+    def _stalled(
+        self,
+        attempt: int,
+        launch: Launch,
+        policy: BudgetPolicy,
+        proc: "subprocess.Popen[bytes]",
+        tree: proctree.ProcessTree,
+        tee: OutputTee,
+        outcome: Outcome,
+        budget_name: str,
+        budget_s: float,
+        silent_s: float,
+    ) -> Outcome:
+        self._set_state(State.STALLED)
+        self._status["stalls"] += 1
+        phase = (outcome.last_beat or {}).get("phase")
+        _say(
+            f"attempt {attempt} stalled: silent {silent_s:.1f} s > {budget_name} budget {budget_s:.1f} s"
+            + (f" in phase {phase!r}" if phase else "")
+            + "; writing incident report"
+        )
+        detected = time.monotonic()
+        where = self.run_dir / "incidents" / str(attempt)
+        summary = incident.write_incident(
+            where,
+            tree=tree,
+            reason={
+                "attempt": attempt,
+                "profile": launch.profile,
+                "budget": budget_name,
+                "budget_s": budget_s,
+                "silent_s": round(silent_s, 3),
+                "phase": phase,
+            },
+            last_beat=outcome.last_beat,
+            output_tail=tee.tail(),
+            stacks_dir=heartbeat.stacks_dir_for(self.run_dir),
+        )
+        diagnosed = time.monotonic()
+        result = tree.terminate(self.spec.grace_s)
+        proc.wait()
+        killed = time.monotonic()
+        self.events.emit(
+            "stall",
+            attempt,
+            budget=budget_name,
+            budget_s=budget_s,
+            silent_s=round(silent_s, 3),
+            phase=phase,
+            profile=launch.profile,
+            incident=str(where),
+            incident_s=round(diagnosed - detected, 3),
+            kill_s=round(killed - diagnosed, 3),
+            killed_ts=round(time.time(), 3),
+            sigkilled=result["killed"],
+            survivors=result["survivors"],
+            learned=policy.learned(),
+            beats=outcome.beats,
+            first_beat_ts=outcome.first_beat_ts,
+            first_step_ts=outcome.first_step_ts,
+            last_beat=outcome.last_beat,
+            incident_bytes=summary["bytes"],
+        )
+        _say(f"incident written to {where} ({summary['write_s']:.1f} s); tree killed in {killed - diagnosed:.1f} s")
+        outcome.kind = "stalled"
+        outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=str(where))
+        return outcome
+
+    # -- endings -----------------------------------------------------------
+    def _finish(self, attempt: int, code: int, state: State, reason: str) -> int:
+        self._set_state(state)
+        self.events.emit("exit", attempt, code=code, reason=reason, **self._counts())
+        if state is State.SUCCEEDED:
+            _say(f"completed after {attempt + 1} attempt(s) ({self._status['stalls']} stall(s), {self._status['crashes']} crash(es))")
+        return code
+
+    def _counts(self) -> Dict[str, int]:
+        return {k: self._status[k] for k in ("restarts", "stalls", "crashes")}
+
+    def _describe(self, outcome: Outcome, launch: Launch) -> str:
+        profile = f" with profile {launch.profile}" if launch.profile else ""
+        if outcome.kind == "stalled":
+            d = outcome.detail
+            phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
+            return f"stall{phase}{profile} ({d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s, report {d['incident']})"
+        return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
+
+    def _misconfigured(self, attempt: int, outcome: Outcome) -> int:
+        self._set_state(State.MISCONFIGURED)
+        self.events.emit("give_up", attempt, reason="misconfigured", **self._counts())
+        self.events.emit("exit", attempt, code=EXIT_MISCONFIGURED, reason="misconfigured", **self._counts())
+        lines = outcome.detail.get("last_output") or ["(no output)"]
+        _say(
+            "two attempts in a row ended before their first heartbeat: this is a configuration error, "
+            "not a stall; fix it and run again. The child's last output:\n    " + "\n    ".join(lines)
+        )
+        return EXIT_MISCONFIGURED
+
+    def _give_up(self, attempt: int, history: List[str]) -> int:
+        self._set_state(State.GAVE_UP)
+        self.events.emit("give_up", attempt, reason="restart budget spent", **self._counts())
+        self.events.emit("exit", attempt, code=EXIT_GAVE_UP, reason="gave up", **self._counts())
+        _say(
+            f"giving up after {attempt + 1} attempts and {self._status['restarts']} restart(s) "
+            f"(--max-restarts {self.spec.max_restarts}): {self._status['stalls']} stall(s), "
+            f"{self._status['crashes']} crash(es). In order: " + "; ".join(history) + ". "
+            f"Incident reports are in {self.run_dir / 'incidents'}, the history in {self.run_dir / 'events.jsonl'}."
+        )
+        return EXIT_GAVE_UP
+
+    # -- status for `health` and `invoke status` -----------------------------
+    def _set_state(self, state: State, **fields: Any) -> None:
+        self.state = state
+        self._publish(force=True, **fields)
+
+    def _publish(self, force: bool = False, **fields: Any) -> None:
+        self._status.update(fields)
+        now = time.monotonic()
+        if not force and now - self._status_written < 1.0:
+            return
+        self._status_written = now
+        record = dict(self._status, state=self.state.value, supervisor_pid=os.getpid(), updated_ts=time.time())
+        write_text_atomic(self.run_dir / STATE_FILE, json.dumps(record, sort_keys=True, default=str), fsync=False)
