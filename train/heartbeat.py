@@ -48,15 +48,16 @@ class _Beater:
         self.path: Optional[Path] = Path(path) if path else None
         self.interval = float(os.environ.get(INTERVAL_ENV, "1.0"))
 
-    def beat(self, force: bool, fields: Dict[str, Any]) -> bool:
+    def beat(self, force: bool, phase: Optional[str], timeout: Optional[float], fields: Dict[str, Any]) -> bool:
         if self.path is None:
             return False
         with self.lock:
-            for key, value in fields.items():
-                if value is None:
-                    self.state.pop(key, None)
-                else:
-                    self.state[key] = value
+            if phase is not None and phase != self.state.get("phase"):
+                self.state["phase"] = phase
+                self.state.pop("timeout", None)
+            if timeout is not None:
+                self.state["timeout"] = timeout
+            self.state.update((k, v) for k, v in fields.items() if v is not None)
             now = time.monotonic()
             phase_changed = any(
                 self.state.get(k) != self.written.get(k) for k in ("phase", "timeout")
@@ -93,19 +94,16 @@ def beat(
 ) -> bool:
     """Record progress; return True when the heartbeat file was written.
 
-    Fields given as None are removed from the record (``timeout=None`` ends a
-    declared phase budget). Without ``TRAIN_HEARTBEAT_FILE`` this is a no-op,
-    so instrumented scripts also run unsupervised.
+    Fields left out (or None) keep their last value, except ``timeout``: a
+    declared budget lasts until the phase changes. Without
+    ``TRAIN_HEARTBEAT_FILE`` this is a no-op, so instrumented scripts also run
+    unsupervised.
     """
     global _beater
     if _beater is None:
         _beater = _Beater()
         install_stack_dump()
-    fields: Dict[str, Any] = dict(metrics)
-    fields.update(phase=phase, step=step, epoch=epoch, batch=batch, timeout=timeout)
-    if phase is None:
-        fields.pop("phase")
-    return _beater.beat(force, fields)
+    return _beater.beat(force, phase, timeout, dict(metrics, step=step, epoch=epoch, batch=batch))
 
 
 def read(path: Path) -> Optional[Dict[str, Any]]:

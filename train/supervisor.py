@@ -387,7 +387,7 @@ class Supervisor:
                 if outcome.first_step_ts is None and record and ("step" in record or "batch" in record):
                     outcome.first_step_ts = wall
                 if self.state is State.STARTING:
-                    self._set_state(State.RUNNING)
+                    self._set_state(State.RUNNING, heartbeat=record)
             if code is not None:
                 outcome.code = code
                 return outcome

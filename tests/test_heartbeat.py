@@ -1,0 +1,59 @@
+"""The beat side of the contract: atomic, throttled, progress ignores volatile fields."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.supervised import REPO
+from train import heartbeat
+from train.budgets import Budget, BudgetPolicy
+
+CHILD = """
+import json, sys
+from train import heartbeat
+written = sum(heartbeat.beat("train", step=i, epoch=0, batch=i, loss=0.5) for i in range(20000))
+written += heartbeat.beat("val", timeout=30)
+print(json.dumps(written))
+"""
+
+
+def test_beat_is_throttled_and_atomic(tmp_path: Path) -> None:
+    hb = tmp_path / "hb.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRAIN_HEARTBEAT_FILE=str(hb), TRAIN_RUN_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
+    written = json.loads(done.stdout)
+    assert 2 <= written < 100, "20000 beats in well under a second must cause only a few writes"
+    record = json.loads(hb.read_text())
+    assert record["phase"] == "val" and record["timeout"] == 30 and record["step"] == 19999
+    assert not list(tmp_path.glob(".hb.json.*")), "no temporary file left behind"
+    assert (tmp_path / "stacks" / f"{record['pid']}.txt").exists(), "beat() registers the stack dump"
+
+
+def test_beat_without_supervisor_is_a_no_op(monkeypatch) -> None:
+    monkeypatch.delenv(heartbeat.HEARTBEAT_ENV, raising=False)
+    monkeypatch.setattr(heartbeat, "_beater", None)
+    assert heartbeat.beat("train", step=1) is False
+
+
+def test_progress_ignores_timestamp_and_pid() -> None:
+    a = {"step": 3, "ts": 1.0, "pid": 10}
+    assert heartbeat.progress_key(a) == heartbeat.progress_key({"step": 3, "ts": 2.0, "pid": 11})
+    assert heartbeat.progress_key(a) != heartbeat.progress_key({"step": 4, "ts": 1.0, "pid": 10})
+
+
+def test_budget_order_startup_declared_learned_stall() -> None:
+    policy = BudgetPolicy(startup_s=600, stall_s=300, factor=3, floor_s=5, min_samples=3)
+    assert policy.current(None) == Budget("startup", 600)
+    assert policy.current({"phase": "val", "timeout": 900}) == Budget("phase:val", 900.0)
+    assert policy.current({"phase": "train"}) == Budget("stall", 300)
+    for silent in (1.0, 2.5, 0.5):
+        policy.observe({"phase": "train"}, silent)
+    assert policy.current({"phase": "train"}) == Budget("learned:train", 7.5)
+    policy.observe({"phase": "train"}, 500.0)
+    assert policy.current({"phase": "train"}) == Budget("learned:train", 300), "never above the stall budget"
+    policy.observe({"phase": "val", "timeout": 900}, 800.0)
+    assert "val" not in policy.learned(), "declared phases are not learned"

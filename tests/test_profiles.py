@@ -1,0 +1,72 @@
+"""Profiles: the shipped ones load and chain; broken ones fail with one line naming file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.supervised import train_cli
+from train import profiles
+
+
+def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
+    assert profiles.available() == ["balanced", "fast", "safe"]
+    chain = profiles.fallback_chain(profiles.load("fast"))
+    assert [p.name for p in chain] == ["fast", "balanced", "safe"]
+    safe, balanced, fast = (profiles.load(n) for n in ("safe", "balanced", "fast"))
+    assert (safe.workers, safe.amp, safe.fallback) == (0, False, None)
+    assert (balanced.workers, balanced.multiprocessing_context, balanced.persistent_workers) == (2, "spawn", False)
+    assert balanced.prefetch_factor == 2 and balanced.cpu_threads is not None
+    assert (fast.workers, fast.multiprocessing_context, fast.persistent_workers) == (4, "spawn", True)
+
+
+def _write(directory: Path, name: str, text: str) -> Path:
+    base = (profiles.default_profiles_dir() / "safe.yaml").read_text()
+    path = directory / f"{name}.yaml"
+    path.write_text(base + text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "extra, field, words",
+    [
+        ("workers: many\n", "workers", "valid integer"),
+        ("workers: -1\n", "workers", "greater than or equal to 0"),
+        ("prefetch_factor: 2\n", "(profile)", "prefetch_factor needs workers > 0"),
+        ("multiprocessing_context: thread\n", "multiprocessing_context", "'fork', 'spawn' or 'forkserver'"),
+        ("wrokers: 2\n", "wrokers", "Extra inputs are not permitted"),
+        ("fallback: nowhere\n", "fallback", "no profile 'nowhere'"),
+    ],
+)
+def test_invalid_profile_names_file_and_field(tmp_path: Path, extra: str, field: str, words: str) -> None:
+    path = _write(tmp_path, "broken", extra)
+    with pytest.raises(profiles.ProfileError) as caught:
+        profiles.load("broken", tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: field '{field}'") and words in message
+    assert "\n" not in message
+
+
+def test_fallback_loop_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path, "a", "fallback: b\n")
+    _write(tmp_path, "b", "fallback: a\n")
+    with pytest.raises(profiles.ProfileError, match="loops back to 'a'"):
+        profiles.load("a", tmp_path)
+
+
+def test_unknown_profile_lists_the_choices() -> None:
+    with pytest.raises(profiles.ProfileError, match="unknown profile 'turbo': choose one of balanced, fast, safe"):
+        profiles.load("turbo")
+
+
+def test_cli_reports_profile_errors_in_one_line(tmp_path: Path) -> None:
+    _write(tmp_path, "broken", "workers: many\n")
+    for args, words in (
+        (["run", "--profile", "turbo"], "unknown profile 'turbo'"),
+        (["run", "--profile", "broken", "--profiles-dir", str(tmp_path)], "field 'workers'"),
+    ):
+        result = train_cli([*args, "--run-dir", str(tmp_path / "run")])
+        assert result.code == 2
+        assert result.stderr.count("\n") == 1 and words in result.stderr
+        assert not (tmp_path / "run" / "events.jsonl").exists(), "nothing may start on bad input"
