@@ -229,9 +229,9 @@ class Supervisor:
         while True:
             outcome = self._attempt(attempt, launch, policy)
             if outcome.kind == "stopped":
-                return self._finish(attempt, 128 + (self._stop_signal or signal.SIGTERM), State.STOPPED, "stopped by signal")
+                return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal", outcome)
             if outcome.kind == "exited" and outcome.code == 0:
-                return self._finish(attempt, EXIT_OK, State.SUCCEEDED, "completed")
+                return self._finish(attempt, EXIT_OK, State.SUCCEEDED, "completed", outcome)
             history.append(self._describe(outcome, launch))
             no_beat_streak = no_beat_streak + 1 if outcome.beats == 0 else 0
             failures = failures + 1 if outcome.beats <= 1 else 1
@@ -259,7 +259,7 @@ class Supervisor:
             )
             self._set_state(State.BACKOFF, attempt=attempt + 1)
             if self._sleep(delay):
-                return self._finish(attempt, 128 + (self._stop_signal or signal.SIGTERM), State.STOPPED, "stopped by signal")
+                return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal")
             attempt += 1
             launch = next_launch
 
@@ -474,9 +474,15 @@ class Supervisor:
         return outcome
 
     # -- endings -----------------------------------------------------------
-    def _finish(self, attempt: int, code: int, state: State, reason: str) -> int:
+    def _signal_code(self) -> int:
+        return 128 + int(self._stop_signal or signal.SIGTERM)
+
+    def _finish(self, attempt: int, code: int, state: State, reason: str, outcome: Optional[Outcome] = None) -> int:
         self._set_state(state)
-        self.events.emit("exit", attempt, code=code, reason=reason, **self._counts())
+        timing = {}
+        if outcome is not None:
+            timing = {"beats": outcome.beats, "first_beat_ts": outcome.first_beat_ts, "first_step_ts": outcome.first_step_ts}
+        self.events.emit("exit", attempt, code=code, reason=reason, **timing, **self._counts())
         if state is State.SUCCEEDED:
             _say(f"completed after {attempt + 1} attempt(s) ({self._status['stalls']} stall(s), {self._status['crashes']} crash(es))")
         return code

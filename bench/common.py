@@ -1,0 +1,68 @@
+"""Shared by the benchmarks: the machine's name, statistics, results written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+
+from train.atomic import write_text_atomic  # noqa: E402
+from train.events import read_events  # noqa: E402
+
+
+def machine() -> Dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "host": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def summary(values: Sequence[float]) -> Dict[str, float]:
+    """Median and spread (min, max) of repeated measurements."""
+    vals = sorted(values)
+    return {
+        "median": round(statistics.median(vals), 3),
+        "min": round(vals[0], 3),
+        "max": round(vals[-1], 3),
+        "n": len(vals),
+    }
+
+
+def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:
+    full = dict(os.environ, PYTHONPATH=str(REPO), **env)
+    return subprocess.run([sys.executable, "-m", "train", *args], env=full, cwd=REPO, timeout=timeout,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+def events(run_dir: Path) -> List[Dict[str, Any]]:
+    return read_events(run_dir / "events.jsonl")
+
+
+def write_results(name: str, data: Dict[str, Any], markdown: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {"machine": machine(), **data}
+    write_text_atomic(RESULTS / f"{name}.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(RESULTS / f"{name}.md", markdown)
+    return RESULTS / f"{name}.json"

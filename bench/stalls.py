@@ -1,0 +1,89 @@
+"""Stall handling per hang kind: detection lateness, report, kill, time to the resumed first beat.
+
+    python bench/stalls.py [--repeat 3] [--budget 5]
+
+Each run supervises the beating child of ``train.faults`` with a hang armed for
+attempt 0; attempt 1 runs to completion. From the events: how late after the
+budget ran out the stall was noticed, how long the incident report took and
+its size, how long the kill took, and the time from "tree gone" to the first
+beat of the resumed attempt (this includes the restart backoff, reported too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List
+
+from common import events, summary, train_cli, write_results
+
+KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
+BACKOFF_S = 0.5
+GRACE_S = 2.0
+
+
+def measure(kind: str, budget: float) -> Dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        code = train_cli(
+            ["supervise", "--run-dir", str(run_dir), "--startup-timeout", "30", "--stall-timeout", str(budget),
+             "--grace", str(GRACE_S), "--backoff", str(BACKOFF_S), "--quiet", "--",
+             sys.executable, "-m", "train.faults", "--steps", "20", "--interval", "0.1"],
+            {"TRAIN_FAULT": f"{kind}@step,step=5,attempt=0"},
+        )
+        history = events(run_dir)
+    if code != 0:
+        raise SystemExit(f"{kind}: supervisor exited {code}: {history}")
+    stall = next(e for e in history if e["event"] == "stall")
+    resumed = next(e for e in history if e["event"] == "exit")
+    late = stall["silent_s"] - stall["budget_s"]
+    return {
+        "detect_late_s": late,
+        "incident_s": stall["incident_s"],
+        "incident_bytes": stall["incident_bytes"],
+        "kill_s": stall["kill_s"],
+        "stall_to_kill_s": late + stall["incident_s"] + stall["kill_s"],
+        "kill_to_first_beat_s": resumed["first_beat_ts"] - stall["killed_ts"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=5.0)
+    args = parser.parse_args()
+    samples: Dict[str, List[Dict[str, float]]] = {k: [] for k in KINDS}
+    for round_ in range(args.repeat):
+        for kind in KINDS:  # interleaved: one of each kind per round
+            samples[kind].append(measure(kind, args.budget))
+            print(f"round {round_ + 1}/{args.repeat} {kind}: {samples[kind][-1]}", flush=True)
+    table: Dict[str, Any] = {
+        kind: {metric: summary([s[metric] for s in runs]) for metric in runs[0]} for kind, runs in samples.items()
+    }
+    lines = [
+        f"# Stall handling (budget {args.budget:.0f} s, grace {GRACE_S:.0f} s, backoff {BACKOFF_S} s, {args.repeat} runs each)",
+        "",
+        "Command: `python bench/stalls.py --repeat {0} --budget {1:g}`. Medians, [min–max].".format(args.repeat, args.budget),
+        "",
+        "| hang | budget→noticed s | report s | report KiB | kill s | budget→tree gone s | gone→first resumed beat s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind, row in table.items():
+        def cell(metric: str, scale: float = 1.0) -> str:
+            m = row[metric]
+            return f"{m['median'] * scale:.2f} [{m['min'] * scale:.2f}–{m['max'] * scale:.2f}]"
+        lines.append(
+            f"| {kind} | {cell('detect_late_s')} | {cell('incident_s')} | {cell('incident_bytes', 1 / 1024)} | "
+            f"{cell('kill_s')} | {cell('stall_to_kill_s')} | {cell('kill_to_first_beat_s')} |"
+        )
+    path = write_results("stalls", {"budget_s": args.budget, "grace_s": GRACE_S, "backoff_s": BACKOFF_S, "kinds": table},
+                         "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
