@@ -52,8 +52,14 @@ def summary(values: Sequence[float]) -> Dict[str, float]:
 
 def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:
     full = dict(os.environ, PYTHONPATH=str(REPO), **env)
-    return subprocess.run([sys.executable, "-m", "train", *args], env=full, cwd=REPO, timeout=timeout,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "train", *args],
+        env=full,
+        cwd=REPO,
+        timeout=timeout,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ).returncode
 
 
 def events(run_dir: Path) -> List[Dict[str, Any]]:

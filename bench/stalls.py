@@ -12,6 +12,7 @@ beat of the resumed attempt (this includes the restart backoff, reported too).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -28,9 +29,28 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         code = train_cli(
-            ["supervise", "--run-dir", str(run_dir), "--startup-timeout", "30", "--stall-timeout", str(budget),
-             "--grace", str(GRACE_S), "--backoff", str(BACKOFF_S), "--quiet", "--",
-             sys.executable, "-m", "train.faults", "--steps", "20", "--interval", "0.1"],
+            [
+                "supervise",
+                "--run-dir",
+                str(run_dir),
+                "--startup-timeout",
+                "30",
+                "--stall-timeout",
+                str(budget),
+                "--grace",
+                str(GRACE_S),
+                "--backoff",
+                str(BACKOFF_S),
+                "--quiet",
+                "--",
+                sys.executable,
+                "-m",
+                "train.faults",
+                "--steps",
+                "20",
+                "--interval",
+                "0.1",
+            ],
             {"TRAIN_FAULT": f"{kind}@step,step=5,attempt=0"},
         )
         history = events(run_dir)
@@ -49,6 +69,11 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
     }
 
 
+def _cell(row: Dict[str, Any], metric: str, scale: float = 1.0) -> str:
+    m = row[metric]
+    return f"{m['median'] * scale:.2f} [{m['min'] * scale:.2f}–{m['max'] * scale:.2f}]"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -65,21 +90,20 @@ def main() -> int:
     lines = [
         f"# Stall handling (budget {args.budget:.0f} s, grace {GRACE_S:.0f} s, backoff {BACKOFF_S} s, {args.repeat} runs each)",
         "",
-        "Command: `python bench/stalls.py --repeat {0} --budget {1:g}`. Medians, [min–max].".format(args.repeat, args.budget),
+        f"Command: `python bench/stalls.py --repeat {args.repeat} --budget {args.budget:g}`. Medians, [min–max].",
         "",
         "| hang | budget→noticed s | report s | report KiB | kill s | budget→tree gone s | gone→first resumed beat s |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for kind, row in table.items():
-        def cell(metric: str, scale: float = 1.0) -> str:
-            m = row[metric]
-            return f"{m['median'] * scale:.2f} [{m['min'] * scale:.2f}–{m['max'] * scale:.2f}]"
+        cell = functools.partial(_cell, row)
         lines.append(
             f"| {kind} | {cell('detect_late_s')} | {cell('incident_s')} | {cell('incident_bytes', 1 / 1024)} | "
             f"{cell('kill_s')} | {cell('stall_to_kill_s')} | {cell('kill_to_first_beat_s')} |"
         )
-    path = write_results("stalls", {"budget_s": args.budget, "grace_s": GRACE_S, "backoff_s": BACKOFF_S, "kinds": table},
-                         "\n".join(lines) + "\n")
+    path = write_results(
+        "stalls", {"budget_s": args.budget, "grace_s": GRACE_S, "backoff_s": BACKOFF_S, "kinds": table}, "\n".join(lines) + "\n"
+    )
     print("\n".join(lines))
     print(f"results: {path}")
     return 0

@@ -12,8 +12,22 @@ from tests.supervised import REPO, survivors, train_cli
 def test_worker_hang_before_the_first_batch_is_caught_and_the_script_resumes(tmp_path: Path) -> None:
     script = [sys.executable, str(REPO / "examples" / "plain_pytorch.py"), "--epochs", "2", "--samples", "128", "--workers", "2"]
     result = train_cli(
-        ["supervise", "--run-dir", str(tmp_path), "--startup-timeout", "20", "--stall-timeout", "20",
-         "--grace", "2", "--backoff", "0.5", "--quiet", "--", *script],
+        [
+            "supervise",
+            "--run-dir",
+            str(tmp_path),
+            "--startup-timeout",
+            "20",
+            "--stall-timeout",
+            "20",
+            "--grace",
+            "2",
+            "--backoff",
+            "0.5",
+            "--quiet",
+            "--",
+            *script,
+        ],
         tmp_path,
         env={"TRAIN_FAULT": "sleep@worker,attempt=0,index>=0"},
     )

@@ -124,7 +124,9 @@ def test_restart_budget_spent_gives_up_with_a_summary(tmp_path: Path) -> None:
 
 
 def test_slow_but_steady_is_not_a_stall(tmp_path: Path) -> None:
-    result = supervise(tmp_path, None, "--steps", "12", "--interval", "0.6", options=[*FAST[:2], "--stall-timeout", "1.5", *FAST[4:]])
+    result = supervise(
+        tmp_path, None, "--steps", "12", "--interval", "0.6", options=[*FAST[:2], "--stall-timeout", "1.5", *FAST[4:]]
+    )
 
     assert result.code == 0
     assert result.kinds() == ["start", "exit"]
@@ -138,7 +140,9 @@ def test_declared_slow_phase_gets_its_own_budget(tmp_path: Path) -> None:
 
 
 def test_declared_phase_budget_runs_out(tmp_path: Path) -> None:
-    result = supervise(tmp_path, None, "--slow-step", "3", "--slow-seconds", "60", "--phase-timeout", "1", options=[*FAST, "--max-restarts", "0"])
+    result = supervise(
+        tmp_path, None, "--slow-step", "3", "--slow-seconds", "60", "--phase-timeout", "1", options=[*FAST, "--max-restarts", "0"]
+    )
 
     stall = result.of("stall")[0]
     assert stall["budget"] == "phase:slow" and stall["budget_s"] == 1
@@ -156,7 +160,18 @@ def test_silent_start_runs_out_the_startup_budget(tmp_path: Path) -> None:
 
 
 def test_learned_budget_tightens_detection(tmp_path: Path) -> None:
-    options = [*FAST[:2], "--stall-timeout", "60", *FAST[4:], "--learned-min-samples", "5", "--learned-floor", "1", "--max-restarts", "0"]
+    options = [
+        *FAST[:2],
+        "--stall-timeout",
+        "60",
+        *FAST[4:],
+        "--learned-min-samples",
+        "5",
+        "--learned-floor",
+        "1",
+        "--max-restarts",
+        "0",
+    ]
     result = supervise(tmp_path, "sleep@step,step=40", "--steps", "60", "--interval", "0.1", options=options)
 
     stall = result.of("stall")[0]
@@ -169,7 +184,22 @@ def test_learned_budget_tightens_detection(tmp_path: Path) -> None:
 def test_sigterm_to_the_supervisor_stops_the_whole_tree(tmp_path: Path) -> None:
     env = dict(__import__("os").environ, PYTHONPATH=str(REPO), TRAIN_FAULT="setsid@step,step=2")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "train", "supervise", "--run-dir", str(tmp_path), *FAST[:2], "--stall-timeout", "60", "--grace", "1", "--quiet", "--", *faulty_child()],
+        [
+            sys.executable,
+            "-m",
+            "train",
+            "supervise",
+            "--run-dir",
+            str(tmp_path),
+            *FAST[:2],
+            "--stall-timeout",
+            "60",
+            "--grace",
+            "1",
+            "--quiet",
+            "--",
+            *faulty_child(),
+        ],
         env=env,
         cwd=REPO,
         stderr=subprocess.PIPE,
@@ -190,7 +220,17 @@ def test_sigterm_to_the_supervisor_stops_the_whole_tree(tmp_path: Path) -> None:
 def test_health_follows_the_run(tmp_path: Path) -> None:
     env = dict(__import__("os").environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "train", "supervise", "--run-dir", str(tmp_path), *FAST, "--", *faulty_child("--steps", "100", "--interval", "0.05")],
+        [
+            sys.executable,
+            "-m",
+            "train",
+            "supervise",
+            "--run-dir",
+            str(tmp_path),
+            *FAST,
+            "--",
+            *faulty_child("--steps", "100", "--interval", "0.05"),
+        ],
         env=env,
         cwd=REPO,
     )

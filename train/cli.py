@@ -79,7 +79,10 @@ def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profil
     )
     parser.add_argument("--learned-floor", type=_positive, default=60.0, help="learned budgets never go below this (default: 60)")
     parser.add_argument(
-        "--learned-min-samples", type=_count, default=20, help="intervals to see in a phase before learning its budget (default: 20)"
+        "--learned-min-samples",
+        type=_count,
+        default=20,
+        help="intervals to see in a phase before learning its budget (default: 20)",
     )
     parser.add_argument("--quiet", action="store_true", help="do not echo the child's output (it is still logged)")
 
@@ -95,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", required=True, help="profile name from env/profiles (safe, balanced, fast, ...)")
     run.add_argument("--profiles-dir", type=Path, default=None, help="where profiles live (default: env/profiles)")
     _add_supervisor_options(run, budgets_from_profile=True)
-    run.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments (data=, epochs=, imgsz=, ...)")
+    run.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments (data=, epochs=, imgsz=, ...)"
+    )
 
     demo = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
     demo.add_argument("directory", type=Path)

@@ -59,9 +59,7 @@ class _Beater:
                 self.state["timeout"] = timeout
             self.state.update((k, v) for k, v in fields.items() if v is not None)
             now = time.monotonic()
-            phase_changed = any(
-                self.state.get(k) != self.written.get(k) for k in ("phase", "timeout")
-            )
+            phase_changed = any(self.state.get(k) != self.written.get(k) for k in ("phase", "timeout"))
             if not (force or phase_changed or now - self.last_write >= self.interval):
                 return False
             record = dict(self.state, ts=time.time(), pid=os.getpid())

@@ -17,7 +17,7 @@ import ctypes
 import os
 import signal
 import time
-from typing import Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 import psutil
 
@@ -98,7 +98,7 @@ class ProcessTree:
             except psutil.Error:
                 pass
 
-    def terminate(self, grace: float, poll: float = 0.05) -> Dict[str, object]:
+    def terminate(self, grace: float, poll: float = 0.05) -> Dict[str, List[int]]:
         """SIGTERM everything, SIGKILL what is left after ``grace`` s; return what happened.
 
         Rescans while waiting, so a process forked during shutdown is caught too.
@@ -138,7 +138,7 @@ class ProcessTree:
                 pass
 
 
-def describe(procs: Iterable[psutil.Process]) -> List[Dict[str, object]]:
+def describe(procs: Iterable[psutil.Process]) -> List[Dict[str, Any]]:
     """One record per process: what an incident report needs to see who was stuck where."""
     rows = []
     for proc in procs:

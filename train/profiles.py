@@ -43,7 +43,7 @@ class Profile(BaseModel):
     fallback: Optional[str] = Field(default=None, description="profile the next attempt uses after a stall")
 
     @model_validator(mode="after")
-    def _loader_options_need_workers(self) -> "Profile":
+    def _loader_options_need_workers(self) -> Profile:
         if self.workers == 0:
             for field in ("multiprocessing_context", "persistent_workers", "prefetch_factor"):
                 if getattr(self, field):

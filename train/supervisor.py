@@ -35,13 +35,13 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 class State(str, Enum):
     """Where the supervisor is. The transitions::
 
-        STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
-        STARTING | RUNNING --exit != 0--------------> CRASHED
-        STARTING | RUNNING --budget spent-----------> STALLED  (incident written, tree killed)
-        CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
-        CRASHED | STALLED --restart budget spent----> GAVE_UP
-        CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
-        any --SIGTERM/SIGINT to the supervisor------> STOPPING --tree gone--> STOPPED
+    STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
+    STARTING | RUNNING --exit != 0--------------> CRASHED
+    STARTING | RUNNING --budget spent-----------> STALLED  (incident written, tree killed)
+    CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
+    CRASHED | STALLED --restart budget spent----> GAVE_UP
+    CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
+    any --SIGTERM/SIGINT to the supervisor------> STOPPING --tree gone--> STOPPED
     """
 
     STARTING = "starting"
@@ -357,7 +357,7 @@ class Supervisor:
         attempt: int,
         launch: Launch,
         policy: BudgetPolicy,
-        proc: "subprocess.Popen[bytes]",
+        proc: subprocess.Popen[bytes],
         tree: proctree.ProcessTree,
         tee: OutputTee,
     ) -> Outcome:
@@ -410,7 +410,7 @@ class Supervisor:
         attempt: int,
         launch: Launch,
         policy: BudgetPolicy,
-        proc: "subprocess.Popen[bytes]",
+        proc: subprocess.Popen[bytes],
         tree: proctree.ProcessTree,
         tee: OutputTee,
         outcome: Outcome,
@@ -484,7 +484,8 @@ class Supervisor:
             timing = {"beats": outcome.beats, "first_beat_ts": outcome.first_beat_ts, "first_step_ts": outcome.first_step_ts}
         self.events.emit("exit", attempt, code=code, reason=reason, **timing, **self._counts())
         if state is State.SUCCEEDED:
-            _say(f"completed after {attempt + 1} attempt(s) ({self._status['stalls']} stall(s), {self._status['crashes']} crash(es))")
+            counts = self._counts()
+            _say(f"completed after {attempt + 1} attempt(s) ({counts['stalls']} stall(s), {counts['crashes']} crash(es))")
         return code
 
     def _counts(self) -> Dict[str, int]:
@@ -495,7 +496,8 @@ class Supervisor:
         if outcome.kind == "stalled":
             d = outcome.detail
             phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
-            return f"stall{phase}{profile} ({d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s, report {d['incident']})"
+            budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
+            return f"stall{phase}{profile} ({budget}, report {d['incident']})"
         return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
 
     def _misconfigured(self, attempt: int, outcome: Outcome) -> int:

@@ -1,0 +1,79 @@
+"""GPU state for incident reports: SMI output and recent kernel messages about the GPU.
+
+Host-side (no torch). Every source that cannot be read says so in one line,
+so an incident's ``gpu.txt`` always explains its own gaps.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from typing import List, Sequence, Tuple
+
+#: Kernel messages worth keeping: the AMD driver and its compute interface, DRM, GPU resets and ring
+#: timeouts, hung tasks (a process stuck in the driver), NVIDIA's NVRM/Xid reports.
+KERNEL_PATTERN = re.compile(
+    r"amdgpu|\bkfd\b|\[drm|gpu (reset|hang|fault)|ring \S+ timeout|hung_task|blocked for more than|nvrm|\bxid\b",
+    re.IGNORECASE,
+)
+SMI_COMMANDS: Tuple[Tuple[str, ...], ...] = (("rocm-smi",), ("rocm-smi", "--showpids"), ("nvidia-smi",))
+KERNEL_COMMANDS: Tuple[Tuple[str, ...], ...] = (
+    ("dmesg", "--time-format", "iso"),
+    ("journalctl", "-k", "-b", "--no-pager", "-n", "5000"),
+)
+KERNEL_LINES = 100
+
+
+def _run(argv: Sequence[str], timeout: float) -> Tuple[bool, str]:
+    """(True, stdout) or (False, one line saying why there is no output)."""
+    shown = " ".join(argv)
+    if timeout <= 0:
+        return False, f"{shown}: skipped, the time budget is spent"
+    if shutil.which(argv[0]) is None:
+        return False, f"{argv[0]}: not installed"
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"{shown}: no answer within {timeout:.1f} s (the driver may be hung)"
+    except OSError as exc:
+        return False, f"{shown}: cannot run ({exc.strerror})"
+    if done.returncode != 0:
+        reason = (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").splitlines()[-1]
+        return False, f"{shown}: failed: {reason}"
+    return True, done.stdout
+
+
+def gpu_kernel_lines(text: str, limit: int = KERNEL_LINES) -> List[str]:
+    """The last ``limit`` lines of a kernel log that mention the GPU driver, its resets or hangs."""
+    return [line for line in text.splitlines() if KERNEL_PATTERN.search(line)][-limit:]
+
+
+def _kernel_messages(deadline: float) -> str:
+    reasons = []
+    for argv in KERNEL_COMMANDS:
+        done, text = _run(argv, deadline - time.monotonic())
+        if done:
+            lines = gpu_kernel_lines(text)
+            body = "\n".join(lines) if lines else "no messages about the GPU"
+            return f"from `{' '.join(argv)}`:\n{body}\n"
+        reasons.append(text)
+    return "not available: " + "; ".join(reasons) + "\n"
+
+
+def gpu_state(timeout: float = 10) -> str:
+    """rocm-smi / nvidia-smi output when installed, then recent GPU kernel messages; never raises.
+
+    ``timeout`` bounds the whole call: each command gets what is left of it, so a
+    hung driver (rocm-smi blocks on a wedged GPU) cannot stall an incident report.
+    """
+    deadline = time.monotonic() + timeout
+    sections = []
+    for argv in SMI_COMMANDS:
+        if len(argv) > 1 and shutil.which(argv[0]) is None:
+            continue
+        _, text = _run(argv, deadline - time.monotonic())
+        sections.append(f"== {' '.join(argv)}\n{text.rstrip()}\n")
+    sections.append(f"== kernel messages (amdgpu, kfd, DRM, resets, hangs)\n{_kernel_messages(deadline)}")
+    return "\n".join(sections)
