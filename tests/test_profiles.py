@@ -8,12 +8,15 @@ import pytest
 
 from tests.supervised import train_cli
 from train import profiles
+from train.ladder import ProfileLadder
+from train.supervisor import Outcome
 
 
 def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
-    assert profiles.available() == ["balanced", "fast", "safe"]
+    assert profiles.available() == ["balanced", "fast", "safe", "safe-native"]
     chain = profiles.fallback_chain(profiles.load("fast"))
-    assert [p.name for p in chain] == ["fast", "balanced", "safe"]
+    assert [p.name for p in chain] == ["fast", "balanced", "safe", "safe-native"]
+    assert profiles.load("safe-native").conv_backend == "native"
     safe, balanced, fast = (profiles.load(n) for n in ("safe", "balanced", "fast"))
     assert (safe.workers, safe.amp, safe.fallback) == (0, False, None)
     assert (balanced.workers, balanced.multiprocessing_context, balanced.persistent_workers) == (2, "spawn", False)
@@ -37,6 +40,7 @@ def _write(directory: Path, name: str, text: str) -> Path:
         ("multiprocessing_context: thread\n", "multiprocessing_context", "'fork', 'spawn' or 'forkserver'"),
         ("wrokers: 2\n", "wrokers", "Extra inputs are not permitted"),
         ("fallback: nowhere\n", "fallback", "no profile 'nowhere'"),
+        ("conv_backend: cudnn\n", "conv_backend", "'miopen' or 'native'"),
     ],
 )
 def test_invalid_profile_names_file_and_field(tmp_path: Path, extra: str, field: str, words: str) -> None:
@@ -48,6 +52,31 @@ def test_invalid_profile_names_file_and_field(tmp_path: Path, extra: str, field:
     assert "\n" not in message
 
 
+def test_compile_with_fork_workers_is_refused(tmp_path: Path) -> None:
+    text = (profiles.default_profiles_dir() / "balanced.yaml").read_text().replace("spawn", "fork")
+    (tmp_path / "compiled.yaml").write_text(text + "compile: true\n")
+    with pytest.raises(profiles.ProfileError, match="compile needs spawn or forkserver workers"):
+        profiles.load("compiled", tmp_path)
+
+
+def _outcome(kind: str, stepped: bool) -> Outcome:
+    return Outcome(kind, first_step_ts=1.0 if stepped else None)
+
+
+def test_ladder_steps_down_on_stalls_and_ends_with_native_convolutions() -> None:
+    chain = profiles.fallback_chain(profiles.load("fast"))
+    ladder = ProfileLadder(chain, ["workers=8", "epochs=3"], profiles.default_profiles_dir())
+    first = ladder.first()
+    assert first.profile == "fast" and first.argv[-2:] == ["workers=8", "epochs=3"]
+    assert ladder.after(_outcome("exited", stepped=True)).profile == "fast", "a crash keeps the profile"
+    second = ladder.after(_outcome("stalled", stepped=True))
+    assert second.profile == "balanced" and "workers=8" not in second.argv and "epochs=3" in second.argv
+    assert ladder.after(_outcome("stalled", stepped=True)).profile == "safe"
+    assert ladder.after(_outcome("stalled", stepped=True)).profile == "safe", "mid-training stalls stay on safe"
+    assert ladder.after(_outcome("stalled", stepped=False)).profile == "safe-native"
+    assert ladder.after(_outcome("stalled", stepped=False)).profile == "safe-native"
+
+
 def test_fallback_loop_is_refused(tmp_path: Path) -> None:
     _write(tmp_path, "a", "fallback: b\n")
     _write(tmp_path, "b", "fallback: a\n")
@@ -56,7 +85,7 @@ def test_fallback_loop_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_profile_lists_the_choices() -> None:
-    with pytest.raises(profiles.ProfileError, match="unknown profile 'turbo': choose one of balanced, fast, safe"):
+    with pytest.raises(profiles.ProfileError, match="unknown profile 'turbo': choose one of balanced, fast, safe, safe-native"):
         profiles.load("turbo")
 
 

@@ -2,7 +2,9 @@
 
 Attempt 0 uses the chosen profile with the user's KEY=VALUE overrides. After a
 stall the next attempt uses the profile's ``fallback`` (fast -> balanced ->
-safe); after a crash it keeps the current one. The fallback's loader and
+safe); when there is none and the stall came before the first training step,
+its ``startup_fallback`` (safe -> safe-native: no vendor convolution kernels to
+compile). After a crash it keeps the current one. The fallback's loader and
 safety settings win over the overrides (that is the point of falling back);
 every other override (data, epochs, imgsz, ...) is kept.
 """
@@ -14,10 +16,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from train.profiles import Profile
-from train.supervisor import Launch, Planner
-
-#: Overrides a fallback profile replaces with its own setting.
-LOADER_KEYS = frozenset({"workers", "amp", "val"})
+from train.supervisor import Launch, Outcome, Planner
+from train.yolo.args import PROFILE_KEYS
 
 
 class ProfileLadder(Planner):
@@ -36,16 +36,13 @@ class ProfileLadder(Planner):
         self.profiles_dir = profiles_dir
         self.startup_timeout = startup_timeout
         self.stall_timeout = stall_timeout
-        self.rung = 0
-
-    @property
-    def profile(self) -> Profile:
-        return self.chain[self.rung]
+        self.by_name = {p.name: p for p in self.chain}
+        self.profile = self.chain[0]
 
     def _overrides(self) -> List[str]:
-        if self.rung == 0:
+        if self.profile is self.chain[0]:
             return self.overrides
-        return [pair for pair in self.overrides if pair.split("=", 1)[0] not in LOADER_KEYS]
+        return [pair for pair in self.overrides if pair.split("=", 1)[0] not in PROFILE_KEYS]
 
     def _launch(self) -> Launch:
         profile = self.profile
@@ -60,7 +57,10 @@ class ProfileLadder(Planner):
     def first(self) -> Launch:
         return self._launch()
 
-    def after(self, stalled: bool) -> Launch:
-        if stalled and self.rung < len(self.chain) - 1:
-            self.rung += 1
+    def after(self, outcome: Outcome) -> Launch:
+        if outcome.kind == "stalled":
+            before_first_step = outcome.first_step_ts is None
+            step_down = self.profile.fallback or (self.profile.startup_fallback if before_first_step else None)
+            if step_down:
+                self.profile = self.by_name[step_down]
         return self._launch()

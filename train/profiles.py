@@ -36,11 +36,21 @@ class Profile(BaseModel):
     val: bool = True
     amp: bool = False
     cpu_threads: Optional[int] = Field(default=None, ge=1, description="torch intra-op threads; None = all cores")
+    compile: bool = Field(default=False, description="torch.compile the model; its compile time counts as startup")
+    conv_backend: Literal["miopen", "native"] = Field(
+        default="miopen",
+        description="miopen: the vendor library (MIOpen on ROCm, cuDNN on CUDA); native: PyTorch's own kernels, "
+        "no kernel compilation at start (torch.backends.cudnn.enabled = False)",
+    )
     startup_timeout: float = Field(gt=0, description="seconds until the first beat and for the first batch")
     stall_timeout: float = Field(gt=0, description="seconds allowed between beats")
     val_timeout: float = Field(gt=0, description="seconds a validation pass may stay silent")
     save_timeout: float = Field(gt=0, description="seconds a checkpoint save may stay silent")
     fallback: Optional[str] = Field(default=None, description="profile the next attempt uses after a stall")
+    startup_fallback: Optional[str] = Field(
+        default=None,
+        description="when there is no fallback left: the profile used after a stall before the first batch",
+    )
 
     @model_validator(mode="after")
     def _loader_options_need_workers(self) -> Profile:
@@ -48,8 +58,10 @@ class Profile(BaseModel):
             for field in ("multiprocessing_context", "persistent_workers", "prefetch_factor"):
                 if getattr(self, field):
                     raise ValueError(f"{field} needs workers > 0 (workers is 0)")
-        if self.fallback == self.name:
-            raise ValueError("fallback names the profile itself")
+        if self.compile and self.workers and self.multiprocessing_context not in ("spawn", "forkserver"):
+            raise ValueError("compile needs spawn or forkserver workers (fork after compiling deadlocks)")
+        if self.name in (self.fallback, self.startup_fallback):
+            raise ValueError("a fallback names the profile itself")
         return self
 
 
@@ -106,17 +118,21 @@ def load(name: str, directory: Optional[Path] = None) -> Profile:
 
 
 def fallback_chain(profile: Profile, directory: Optional[Path] = None) -> List[Profile]:
-    """``profile`` followed by each fallback in turn."""
+    """``profile``, each ``fallback`` in turn, then the last one's ``startup_fallback`` chain if any."""
     directory = directory or default_profiles_dir()
     chain = [profile]
     seen: Dict[str, Profile] = {profile.name: profile}
-    while chain[-1].fallback:
-        name = chain[-1].fallback
+    while True:
+        last = chain[-1]
+        field = "fallback" if last.fallback else "startup_fallback"
+        name = getattr(last, field)
+        if not name:
+            return chain
+        where = directory / f"{last.name}.yaml"
         if name in seen:
-            raise ProfileError(f"{directory / (chain[-1].name + '.yaml')}: field 'fallback': loops back to {name!r}")
+            raise ProfileError(f"{where}: field '{field}': loops back to {name!r}")
         path = directory / f"{name}.yaml"
         if not path.is_file():
-            raise ProfileError(f"{directory / (chain[-1].name + '.yaml')}: field 'fallback': no profile {name!r}")
+            raise ProfileError(f"{where}: field '{field}': no profile {name!r}")
         seen[name] = load_file(path)
         chain.append(seen[name])
-    return chain

@@ -87,8 +87,8 @@ class Planner:
     def first(self) -> Launch:
         return self.launch
 
-    def after(self, stalled: bool) -> Launch:
-        """The launch for the next attempt, after a stall (True) or a crash (False)."""
+    def after(self, outcome: Outcome) -> Launch:
+        """The launch for the attempt after one that ended as ``outcome`` (a stall or a crash)."""
         return self.launch
 
 
@@ -239,8 +239,7 @@ class Supervisor:
                 return self._misconfigured(attempt, outcome)
             if self._status["restarts"] >= self.spec.max_restarts:
                 return self._give_up(attempt, history)
-            stalled = outcome.kind == "stalled"
-            next_launch = planner.after(stalled)
+            next_launch = planner.after(outcome)
             if next_launch.profile != launch.profile or next_launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(next_launch)
             delay = min(self.spec.backoff_max_s, self.spec.backoff_s * 2 ** (failures - 1))
