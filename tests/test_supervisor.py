@@ -125,7 +125,7 @@ def test_restart_budget_spent_gives_up_with_a_summary(tmp_path: Path) -> None:
 
 def test_slow_but_steady_is_not_a_stall(tmp_path: Path) -> None:
     result = supervise(
-        tmp_path, None, "--steps", "12", "--interval", "0.6", options=[*FAST[:2], "--stall-timeout", "1.5", *FAST[4:]]
+        tmp_path, None, "--steps", "8", "--interval", "1.0", options=[*FAST[:2], "--stall-timeout", "3", *FAST[4:]]
     )
 
     assert result.code == 0
