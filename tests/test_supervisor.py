@@ -58,7 +58,7 @@ def test_hang_is_detected_diagnosed_killed_and_restarted(tmp_path: Path, kind: s
     assert function in result.stacks(0)
     summary = json.loads((tmp_path / "incidents/0/summary.json").read_text())
     assert summary["budget"] == "stall" and summary["processes"] >= 1
-    for name in ("processes.txt", "heartbeat.json", "output-tail.txt", "kernel.txt"):
+    for name in ("processes.txt", "heartbeat.json", "output-tail.txt", "kernel.txt", "gpu.txt"):
         assert (tmp_path / "incidents/0" / name).stat().st_size > 0
     assert b"step 3" in (tmp_path / "incidents/0/output-tail.txt").read_bytes()
     assert result.of("exit")[0]["code"] == 0

@@ -1,4 +1,4 @@
-"""``python -m train``: supervise a command, run supervised YOLO training, make demo data, check health.
+"""``python -m train``: supervised training, demo data, health, doctor and MIOpen warm-up.
 
 Host-side module: never imports torch or ultralytics. User mistakes end with
 one line on stderr and exit status 2, never a traceback.
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
-from train import profiles
+from train import profiles, warmup
+from train.doctor import cli as doctor_cli
 from train.supervisor import Launch, Planner, Supervisor, SupervisorSpec
 
 EXIT_USAGE = 2
@@ -88,7 +89,7 @@ def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profil
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m train", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m train", description="Supervised, self-healing training (trainbox).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     supervise = sub.add_parser("supervise", help="supervise any command: python -m train supervise [options] -- CMD ...")
@@ -107,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--train", type=_count, default=32, help="training images (default: 32)")
     demo.add_argument("--val", type=_count, default=8, help="validation images (default: 8)")
     demo.add_argument("--imgsz", type=_count, default=96, help="image side in pixels (default: 96)")
+
+    doctor = sub.add_parser("doctor", help="check this host (--inside: the image) and say how to fix each failure")
+    doctor_cli.add_arguments(doctor)
+    warm = sub.add_parser("warmup", help="compile and cache MIOpen kernels at a run's shapes before training")
+    warmup.add_arguments(warm)
 
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
     health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
@@ -185,7 +191,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _supervise(args, command)
         if command:
             raise UsageError(f"'--' is only for 'supervise'; {args.command} takes no command")
-        handlers = {"run": _run, "demo-data": _demo_data, "health": _health}
+        handlers = {
+            "run": _run,
+            "demo-data": _demo_data,
+            "health": _health,
+            "doctor": doctor_cli.main,
+            "warmup": warmup.main,
+        }
         return handlers[args.command](args)
     except UsageError as exc:
         sys.stderr.write(f"trainbox: error: {exc}\n")

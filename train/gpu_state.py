@@ -6,8 +6,11 @@ so an incident's ``gpu.txt`` always explains its own gaps.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from typing import List, Sequence, Tuple
@@ -27,22 +30,31 @@ KERNEL_LINES = 100
 
 
 def _run(argv: Sequence[str], timeout: float) -> Tuple[bool, str]:
-    """(True, stdout) or (False, one line saying why there is no output)."""
+    """(True, stdout) or (False, one line saying why there is no output).
+
+    On timeout the command's process group is killed and not waited for: a tool
+    stuck in the driver (uninterruptible sleep) cannot be reaped and must not
+    hold up the report.
+    """
     shown = " ".join(argv)
     if timeout <= 0:
         return False, f"{shown}: skipped, the time budget is spent"
     if shutil.which(argv[0]) is None:
         return False, f"{argv[0]}: not installed"
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"{shown}: no answer within {timeout:.1f} s (the driver may be hung)"
+        process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     except OSError as exc:
         return False, f"{shown}: cannot run ({exc.strerror})"
-    if done.returncode != 0:
-        reason = (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").splitlines()[-1]
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return False, f"{shown}: no answer within {timeout:.1f} s (the driver may be hung)"
+    if process.returncode != 0:
+        reason = (stderr.strip() or stdout.strip() or f"exit status {process.returncode}").splitlines()[-1]
         return False, f"{shown}: failed: {reason}"
-    return True, done.stdout
+    return True, stdout
 
 
 def gpu_kernel_lines(text: str, limit: int = KERNEL_LINES) -> List[str]:

@@ -8,7 +8,8 @@
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
   that registered one (see :func:`train.heartbeat.install_stack_dump`);
-* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd messages).
+* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd messages),
+  ``gpu.txt`` (rocm-smi or nvidia-smi and recent GPU reset messages, when present).
 
 The directory is assembled under a temporary name and renamed when complete.
 """
@@ -28,6 +29,7 @@ import psutil
 
 from train import heartbeat, proctree
 from train.atomic import fsync_dir
+from train.gpu_state import gpu_state
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
@@ -174,6 +176,7 @@ def write_incident(
     (staging / "heartbeat.json").write_text(json.dumps(last_beat, indent=2, sort_keys=True))
     (staging / "output-tail.txt").write_bytes(output_tail)
     (staging / "kernel.txt").write_text(kernel_messages())
+    (staging / "gpu.txt").write_text(gpu_state())
 
     summary = dict(reason)
     summary.update(

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from train import warmup
 from train.profiles import Profile
 from train.supervisor import Launch, Outcome, Planner
 from train.yolo.args import PROFILE_KEYS
@@ -48,11 +49,18 @@ class ProfileLadder(Planner):
         profile = self.profile
         return Launch(
             argv=[sys.executable, "-m", "train.yolo", "--profile", profile.name, *self._overrides()],
-            startup_timeout=self.startup_timeout or profile.startup_timeout,
+            startup_timeout=self._startup_timeout(profile),
             stall_timeout=self.stall_timeout or profile.stall_timeout,
             profile=profile.name,
             env={"TRAIN_PROFILES_DIR": str(self.profiles_dir)},
         )
+
+    def _startup_timeout(self, profile: Profile) -> float:
+        """``--startup-timeout``, else the profile's, capped once ``warmup`` has compiled this run's kernels."""
+        if self.startup_timeout:
+            return self.startup_timeout
+        key = warmup.key_for_pairs(self._overrides(), profile.conv_backend)
+        return warmup.startup_budget(profile.startup_timeout, warmup.kernel_cache_state(key))
 
     def first(self) -> Launch:
         return self._launch()

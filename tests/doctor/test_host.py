@@ -1,0 +1,104 @@
+"""Driver, shared memory, disk, Docker and image checks, and the whole host doctor on each recorded tree."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.doctor.conftest import HOST_NAMES, host
+from train.container import envfiles
+from train.doctor import checkup, devices, report
+from train.doctor import host as host_checks
+from train.doctor.result import Check, Status
+
+
+def test_driver_loaded() -> None:
+    assert host_checks.module_loaded(host("rx5600xt"), "amdgpu")
+    assert not host_checks.module_loaded(host("nvidia"), "amdgpu")
+    assert [c.name for c in host_checks.check_driver(host("nvidia"))] == ["amdgpu", "nvidia"]
+
+
+def test_amd_card_without_amdgpu_fails(host_copy) -> None:
+    root: Path = host_copy("rx5600xt")
+    shutil.rmtree(root / "sys/module/amdgpu")
+    (check,) = host_checks.check_driver(root)
+    assert check.status is Status.FAIL
+    assert "modprobe amdgpu" in check.fix
+
+
+def test_display_vendors_include_a_bmc() -> None:
+    assert host_checks.display_vendors(host("no-gpu")) == ["0x1a03"]
+    assert host_checks.check_driver(host("no-gpu"))[0].status is Status.NOT_APPLICABLE
+
+
+def test_shm_and_disk_thresholds(tmp_path: Path) -> None:
+    total = shutil.disk_usage(tmp_path).total
+    assert host_checks.check_shm(tmp_path, min_bytes=1).status is Status.OK
+    small = host_checks.check_shm(tmp_path, min_bytes=total + 1)
+    assert small.status is Status.WARN and "workers: 0" in small.fix
+    assert host_checks.check_shm(tmp_path / "absent").status is Status.FAIL
+    assert host_checks.check_disk(tmp_path, "cpu", required=1).status is Status.OK
+    full = host_checks.check_disk(tmp_path, "rocm", required=total + 1)
+    assert full.status is Status.FAIL and "docker system prune" in full.fix
+
+
+def test_unreachable_docker_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    client, check = host_checks.docker_client()
+    assert client is None
+    assert check.status is Status.FAIL
+    assert "systemctl start docker" in check.fix
+
+
+@pytest.mark.parametrize("flavor", ["rocm", "cpu"])
+def test_image_labels_against_the_lock(flavor: str) -> None:
+    stack = envfiles.stack()
+    labels = host_checks.expected_labels(flavor, stack)
+    assert host_checks.compare_labels("trainbox:x", flavor, labels, stack).status is Status.OK
+    drifted = {**labels, "io.trainbox.torch": "0.0.1"}
+    check = host_checks.compare_labels("trainbox:x", flavor, drifted, stack)
+    assert check.status is Status.FAIL
+    assert f"torch 0.0.1 (lock: {labels['io.trainbox.torch']})" in check.detail
+    assert check.fix == f"invoke build --flavor {flavor}"
+
+
+def test_labels_match_the_dockerfiles() -> None:
+    """Every label the doctor expects is one the flavor's Dockerfile writes."""
+    for flavor in ("rocm", "cpu"):
+        dockerfile = (envfiles.REPO_ROOT / f"Dockerfile.{flavor}").read_text()
+        for key in host_checks.expected_labels(flavor, envfiles.stack()):
+            assert f"{key}=" in dockerfile, (flavor, key)
+
+
+@pytest.mark.parametrize("name", HOST_NAMES)
+def test_whole_host_doctor_on_recorded_trees(name: str) -> None:
+    root = host(name)
+    checks = checkup.host_checks(
+        root,
+        devices.current_identity(),
+        checkup.default_flavor(root),
+        envfiles.stack(),
+        envfiles.runtime_env("rocm").get("HSA_OVERRIDE_GFX_VERSION"),
+    )
+    assert report.exit_status(checks) == 0, report.format_report(checks)
+    amd = name.startswith("rx")
+    assert checkup.default_flavor(root) == ("rocm" if amd else "cpu")
+    applicable = {c.name for c in checks if c.status is Status.OK}
+    assert ("gpu 0 miopen kdb" in applicable) is amd
+
+
+def test_report_puts_each_fix_on_its_failure_line() -> None:
+    checks = [
+        Check("a", Status.OK, "fine"),
+        Check("b", Status.FAIL, "broken", "do this"),
+        Check("c", Status.NOT_APPLICABLE, "no GPU"),
+    ]
+    text = report.format_report(checks)
+    assert "FAIL  b: broken -> fix: do this\n" in text
+    assert text.splitlines()[-1].startswith("1 failure(s), 0 warning(s)")
+    assert report.exit_status(checks) == 1
+    assert report.exit_status(checks[::2]) == 0
+    with pytest.raises(ValueError, match="needs a fix"):
+        Check("d", Status.FAIL, "broken")

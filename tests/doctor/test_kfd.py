@@ -1,0 +1,96 @@
+"""GPU arch, CUs, HSA override and kdb name from recorded KFD topologies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.doctor.conftest import host
+from train.container import envfiles
+from train.doctor import kfd
+from train.doctor.result import Status
+
+CARDS = [
+    # tree, arch, CUs, override needed, kdb MIOpen asks for
+    ("rx5600xt", "gfx1010", 36, "10.3.0", "gfx1030_18"),
+    ("rx5700xt", "gfx1010", 40, "10.3.0", "gfx1030_20"),
+    ("rx6800xt", "gfx1030", 72, None, "gfx1030_36"),
+]
+
+
+@pytest.mark.parametrize("tree, arch, cus, override, kdb", CARDS)
+def test_card_needs(tree: str, arch: str, cus: int, override: str, kdb: str) -> None:
+    (node,) = kfd.gpu_nodes(host(tree))
+    assert (node.node, node.arch, node.compute_units) == (1, arch, cus)
+    assert kfd.needed_override(node.arch) == override
+    assert kfd.kdb_name(node, override) == kdb
+
+
+def test_harvested_card_counts_active_cus_not_the_die() -> None:
+    props = kfd.parse_properties((host("rx5600xt") / kfd.TOPOLOGY_NODES / "1/properties").read_text())
+    assert props["array_count"] * props["cu_per_simd_array"] == 40
+    assert kfd.gpu_nodes(host("rx5600xt"))[0].compute_units == 36
+
+
+@pytest.mark.parametrize("version, name", [(100100, "gfx1010"), (100300, "gfx1030"), (90010, "gfx90a"), (110501, "gfx1151")])
+def test_arch_names(version: int, name: str) -> None:
+    assert kfd.arch_name(version) == name
+
+
+def test_override_names_the_arch_hip_reports() -> None:
+    assert kfd.override_arch("10.3.0") == "gfx1030"
+    with pytest.raises(ValueError, match="MAJOR.MINOR.STEPPING"):
+        kfd.override_arch("gfx1030")
+
+
+def test_image_provides_the_kdbs_of_every_navi_card_here() -> None:
+    provided = kfd.image_kdbs(envfiles.stack())
+    assert {kdb for *_, kdb in CARDS} <= set(provided)
+
+
+@pytest.mark.parametrize("tree, arch, cus, override, kdb", CARDS)
+def test_topology_checks_pass_with_the_image_settings(tree: str, arch: str, cus: int, override: str, kdb: str) -> None:
+    configured = envfiles.runtime_env("rocm").get(kfd.OVERRIDE_ENV)
+    checks = kfd.check_topology(host(tree), configured, kfd.image_kdbs(envfiles.stack()))
+    assert [c.status for c in checks] == [Status.OK] * 3, checks
+    assert f"{arch}, {cus} CUs" in checks[0].detail
+    assert f"{kdb}.kdb" in checks[2].detail
+
+
+def test_missing_override_fails_with_the_value_to_set() -> None:
+    checks = kfd.check_topology(host("rx5600xt"), None, ["gfx1030_18"])
+    override = next(c for c in checks if c.name == "gpu 0 hsa override")
+    assert override.status is Status.FAIL
+    assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in override.fix
+
+
+def test_wrong_override_on_a_native_card_fails() -> None:
+    checks = kfd.check_topology(host("rx6800xt"), "10.1.0", ["gfx1030_36"])
+    override = next(c for c in checks if c.name == "gpu 0 hsa override")
+    assert override.status is Status.FAIL
+    assert "remove HSA_OVERRIDE_GFX_VERSION" in override.fix
+
+
+def test_missing_kdb_warns_with_the_alias_to_add() -> None:
+    checks = kfd.check_topology(host("rx5600xt"), "10.3.0", ["gfx1030_36"])
+    kdb = next(c for c in checks if c.name == "gpu 0 miopen kdb")
+    assert kdb.status is Status.WARN
+    assert "add gfx1030_18 to MIOPEN_KDB_ALIASES" in kdb.fix
+
+
+def test_unsupported_arch_fails_towards_the_cpu_flavor(host_copy) -> None:
+    root: Path = host_copy("rx6800xt")
+    properties = root / kfd.TOPOLOGY_NODES / "1/properties"
+    properties.write_text(properties.read_text().replace("gfx_target_version 100300", "gfx_target_version 110000"))
+    checks = kfd.check_topology(root, "10.3.0", [])
+    assert checks[1].status is Status.FAIL
+    assert "gfx1100 is not supported" in checks[1].detail
+    assert "--flavor cpu" in checks[1].fix
+
+
+@pytest.mark.parametrize("tree", ["no-gpu", "nvidia"])
+def test_no_amd_gpu_is_not_applicable(tree: str) -> None:
+    assert kfd.gpu_nodes(host(tree)) == []
+    (check,) = kfd.check_topology(host(tree), "10.3.0", [])
+    assert check.status is Status.NOT_APPLICABLE

@@ -1,0 +1,55 @@
+"""The host doctor: every host check in the order a user should fix them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Mapping, Optional
+
+from train.doctor import devices, host, kfd
+from train.doctor.devices import Identity
+from train.doctor.result import Check
+
+FLAVORS = ("rocm", "cpu")
+
+
+def default_flavor(root: Path) -> str:
+    """rocm when ``<root>/dev/kfd`` exists, else cpu (as ``invoke train`` decides)."""
+    return "rocm" if (Path(root) / devices.KFD).exists() else "cpu"
+
+
+def host_checks(
+    root: Path,
+    identity: Identity,
+    flavor: str,
+    stack: Mapping[str, str],
+    configured_override: Optional[str],
+    image_tag: Optional[str] = None,
+) -> List[Check]:
+    """Driver, devices and groups, GPU arch/override/kdb, shared memory, then Docker, disk and image.
+
+    ``image_tag``: check the Docker Engine, its free disk and this image;
+    None checks free disk at ``root`` and leaves Docker out.
+    """
+    if flavor not in FLAVORS:
+        raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}, not {flavor!r}")
+    root = Path(root)
+    checks: List[Check] = []
+    checks.extend(host.check_driver(root))
+    checks.extend(devices.check_devices(root, identity))
+    checks.extend(devices.check_nvidia_devices(root, identity))
+    checks.extend(kfd.check_topology(root, configured_override, kfd.image_kdbs(stack)))
+    checks.append(host.check_shm(root / "dev/shm"))
+    if image_tag is None:
+        checks.append(host.check_disk(root, flavor))
+        return checks
+    client, reachable = host.docker_client()
+    checks.append(reachable)
+    if client is None:
+        checks.append(host.check_disk(root, flavor))
+        return checks
+    try:
+        checks.append(host.check_disk(host.docker_root(client), flavor))
+        checks.append(host.check_image(client, image_tag, flavor, stack))
+    finally:
+        client.close()
+    return checks

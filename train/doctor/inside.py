@@ -1,0 +1,199 @@
+"""``python -m train doctor --inside``: what the training process in the image really loads and where it caches.
+
+* which libMIOpen (ROCm) or libcudnn (CUDA) the process mapped, from
+  ``/proc/self/maps`` after a convolution has run;
+* whether the kdb MIOpen asks for (``<arch>_<multiprocessors>.kdb``) is in the
+  directory that MIOpen reads system databases from
+  (``$MIOPEN_SYSTEM_DB_PATH``, else ``<libdir>/../share/miopen/db``);
+* where the user find-db and the compiled-kernel cache live
+  (``$MIOPEN_USER_DB_PATH`` / ``$MIOPEN_CUSTOM_CACHE_DIR``, defaults under
+  ``$HOME``) and whether they are on a mount that outlives the container;
+* whether HIP/CUDA sees a device, and a tiny convolution timed cold, then warm.
+
+The wheel's own MIOpen (embedded databases) never reads kdb files from disk
+and keeps compiled kernels in memory only (../shared/notes/rocm-gfx1010.md);
+the SONAME shown tells ROCm's ``libMIOpen.so.1`` from the wheel's copy.
+
+On a CPU build of torch every GPU check reports "n/a" with the reason. torch
+is imported inside the functions: the host-side ``python -m train doctor``
+imports this module's parent package without it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, List, Mapping, Optional, Tuple
+
+from train.doctor import elf, kfd
+from train.doctor.mounts import MOUNTINFO, Mount, mount_of, parse_mountinfo
+from train.doctor.result import Check, fail, not_applicable, ok, warn
+
+PROC_MAPS = Path("/proc/self/maps")
+CONV_LIBRARIES = {"rocm": "libMIOpen", "cuda": "libcudnn"}
+VOLUME_FIX = "mount a volume there (compose's rocm service mounts miopen-db and miopen-kernels); restarts recompile otherwise"
+
+
+def loaded_libraries(maps_text: str, stem: str) -> List[str]:
+    """Distinct paths of mapped files whose name starts with ``stem`` (e.g. ``libMIOpen``), in map order."""
+    found: List[str] = []
+    for line in maps_text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and Path(fields[5]).name.startswith(stem) and fields[5] not in found:
+            found.append(fields[5])
+    return found
+
+
+def system_db_dir(library: Path, environ: Mapping[str, str]) -> Path:
+    """Where a non-embedded MIOpen reads .kdb files (MIOpen db_path.cpp)."""
+    configured = environ.get("MIOPEN_SYSTEM_DB_PATH")
+    return Path(configured) if configured else Path(library).parent.parent / "share" / "miopen" / "db"
+
+
+def user_dirs(environ: Mapping[str, str]) -> Tuple[Path, Path]:
+    """(user find-db, kernel cache) directories MIOpen 2.17 uses."""
+    home = Path(environ.get("HOME", "~")).expanduser()
+    user_db = environ.get("MIOPEN_USER_DB_PATH") or str(home / ".config" / "miopen")
+    cache = environ.get("MIOPEN_CUSTOM_CACHE_DIR") or str(home / ".cache" / "miopen")
+    return Path(user_db), Path(cache)
+
+
+def check_kdb(library: Path, kdb: str, environ: Mapping[str, str]) -> Check:
+    """Whether ``<kdb>.kdb`` is where ``library`` looks for system databases."""
+    directory = system_db_dir(library, environ)
+    path = directory / f"{kdb}.kdb"
+    if path.is_file():
+        target = f" -> {path.resolve().name}" if path.is_symlink() else ""
+        return ok("miopen kdb", f"{path}{target} ({path.stat().st_size // 1024} KiB)")
+    present = sorted(p.name for p in directory.glob("*.kdb")) if directory.is_dir() else []
+    return fail(
+        "miopen kdb",
+        f"MIOpen asks for {path}, missing (there: {', '.join(present) or 'nothing'}): kernels compile at the first batch",
+        f"add {kdb} to MIOPEN_KDB_ALIASES in env/stack.env and rebuild (`invoke build --flavor rocm`)"
+        if present
+        else "set MIOPEN_SYSTEM_DB_PATH to the image's kdb directory (env/gfx1010.env)",
+    )
+
+
+def check_cache_dir(name: str, directory: Path, mounts: List[Mount]) -> Check:
+    """Whether ``directory`` is writable and on a mount that survives the container."""
+    mount = mount_of(str(directory), mounts)
+    where = mount.describe() if mount else "no mount found in mountinfo"
+    existing = next((p for p in [directory, *directory.parents] if p.exists()), Path("/"))
+    if not os.access(existing, os.W_OK):
+        return fail(name, f"{directory}: not writable ({existing} is read-only for this user)", VOLUME_FIX)
+    if mount is None or not mount.persistent:
+        return fail(name, f"{directory}: {where}", VOLUME_FIX)
+    return ok(name, f"{directory}: {where}")
+
+
+def _backend(torch: Any) -> Optional[str]:
+    if getattr(torch.version, "hip", None):
+        return "rocm"
+    if getattr(torch.version, "cuda", None) and torch.cuda.is_available():
+        return "cuda"
+    return None
+
+
+def _device_arch(torch: Any, environ: Mapping[str, str], root: Path) -> str:
+    """The arch HIP reports for device 0: gcnArchName (newer torch), else the override, else the KFD topology."""
+    name = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")
+    if name:
+        return name.split(":")[0]
+    if environ.get(kfd.OVERRIDE_ENV):
+        return kfd.override_arch(environ[kfd.OVERRIDE_ENV])
+    nodes = kfd.gpu_nodes(root)
+    return nodes[0].arch if nodes else "unknown"
+
+
+def check_device(torch: Any, backend: Optional[str]) -> Check:
+    build = f"torch {torch.__version__}"
+    if backend is None:
+        if getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None):
+            return not_applicable("gpu", f"{build}: no GPU visible; training runs on the CPU")
+        return not_applicable("gpu", f"{build} is a CPU build; training runs on the CPU")
+    if not torch.cuda.is_available():
+        return fail(
+            "gpu",
+            f"{build} (HIP {torch.version.hip}) sees no device",
+            "run `python -m train doctor` on the host, then start the container with /dev/kfd, /dev/dri and the"
+            " render/video GIDs (`invoke train` or compose's rocm service do)",
+        )
+    props = torch.cuda.get_device_properties(0)
+    runtime = f"HIP {torch.version.hip}" if backend == "rocm" else f"CUDA {torch.version.cuda}"
+    return ok(
+        "gpu",
+        f"{build} ({runtime}) sees {torch.cuda.device_count()} device(s); 0: {props.name},"
+        f" {props.multi_processor_count} multiprocessors, {props.total_memory / 1024**3:.1f} GiB",
+    )
+
+
+def timed_convolution(torch: Any, device: str) -> Tuple[float, float]:
+    """Seconds for a small conv forward+backward, first (cold: library load, kernel search/compile) then again (warm)."""
+    conv = torch.nn.Conv2d(3, 16, 3, padding=1).to(device)
+    sample = torch.randn(2, 3, 64, 64, device=device)
+    times = []
+    for _ in range(2):
+        started = time.perf_counter()
+        conv(sample).sum().backward()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return times[0], times[1]
+
+
+def check_library(maps_text: str, backend: Optional[str]) -> Tuple[Check, Optional[Path]]:
+    if backend is None:
+        return not_applicable("conv library", "no GPU convolution library: convolutions run on the CPU"), None
+    stem = CONV_LIBRARIES[backend]
+    paths = loaded_libraries(maps_text, stem)
+    if not paths:
+        return fail(
+            "conv library", f"no {stem} mapped after a GPU convolution", "check the torch build (`pip show torch`) in the image"
+        ), None
+    shown = ", ".join(f"{p} (SONAME {elf.soname(Path(p)) or 'none'})" for p in paths)
+    if len(paths) > 1:
+        return warn(
+            "conv library", f"{len(paths)} copies mapped: {shown}", "rebuild the image; two copies mean two runtimes"
+        ), Path(paths[0])
+    return ok("conv library", shown), Path(paths[0])
+
+
+def inside_checks(
+    environ: Optional[Mapping[str, str]] = None,
+    maps: Path = PROC_MAPS,
+    mountinfo: Path = MOUNTINFO,
+    root: Path = Path("/"),
+) -> List[Check]:
+    """Every inside check, in this process (imports torch and runs a convolution)."""
+    import torch
+
+    environ = os.environ if environ is None else environ
+    backend = _backend(torch)
+    checks = [check_device(torch, backend)]
+    device = "cuda" if backend and torch.cuda.is_available() else "cpu"
+    cold, warm = timed_convolution(torch, device)
+    library_check, library = check_library(maps.read_text(), backend if device != "cpu" else None)
+    checks.append(library_check)
+    if backend == "rocm" and library is not None:
+        props = torch.cuda.get_device_properties(0)
+        checks.append(check_kdb(library, f"{_device_arch(torch, environ, root)}_{props.multi_processor_count}", environ))
+        mounts = parse_mountinfo(mountinfo.read_text())
+        user_db, cache = user_dirs(environ)
+        checks.append(check_cache_dir("miopen user db", user_db, mounts))
+        checks.append(check_cache_dir("miopen kernel cache", cache, mounts))
+        if environ.get("MIOPEN_DISABLE_CACHE", "0") not in ("0", ""):
+            checks.append(
+                warn(
+                    "miopen kernel cache",
+                    "MIOPEN_DISABLE_CACHE is set: compiled kernels are never kept",
+                    "unset MIOPEN_DISABLE_CACHE",
+                )
+            )
+    else:
+        reason = "no MIOpen in this process (not a ROCm build on a visible GPU)"
+        checks.append(not_applicable("miopen kdb", reason))
+        checks.append(not_applicable("miopen caches", reason))
+    checks.append(ok("convolution", f"on {device}: cold {cold * 1000:.1f} ms, warm {warm * 1000:.1f} ms"))
+    return checks
