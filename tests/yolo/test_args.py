@@ -1,0 +1,93 @@
+"""KEY=VALUE validation on the host, and the child's own one-line refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.supervised import REPO
+from tests.yolo.conftest import run_child
+from train.yolo.args import OverrideError, validate_overrides
+
+
+def test_valid_overrides_come_back_typed(demo_data: Path) -> None:
+    got = validate_overrides([f"data={demo_data}", "epochs=3", "imgsz=64", "batch=0.5", "lr0=1", "val=false", "device=cpu"])
+    assert got == {
+        "data": str(demo_data.resolve()),
+        "epochs": 3,
+        "imgsz": 64,
+        "batch": 0.5,
+        "lr0": 1,
+        "val": False,
+        "device": "cpu",
+    }
+
+
+def test_relative_data_path_becomes_absolute(demo_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(demo_data.parent.parent)
+    relative = Path(demo_data.parent.name) / demo_data.name
+    assert validate_overrides([f"data={relative}"])["data"] == str(demo_data.resolve())
+
+
+@pytest.mark.parametrize(
+    "pairs, message",
+    [
+        (["epochs=3"], "data= is required"),
+        (["data=/no/such/data.yaml"], "no such file"),
+        (["{data}", "epochs=three"], "epochs=three: expected int"),
+        (["{data}", "val=3"], "val=3: expected bool"),
+        (["{data}", "bogus=1"], "unknown argument 'bogus'"),
+        (["{data}", "project=/tmp/x"], "project= is set by trainbox"),
+        (["{data}", "resume=true"], "resume= is set by trainbox"),
+        (["{data}", "save=false"], "save=False"),
+        (["{data}", "model=yolov8n.pt"], "never downloads weights"),
+        (["{data}", "device=0,1"], "one device per run"),
+        (["{data}", "epochs"], "expected KEY=VALUE"),
+        (["{data}", "epochs=2", "epochs=3"], "given twice"),
+    ],
+)
+def test_bad_overrides_are_one_clear_line(demo_data: Path, pairs: list, message: str) -> None:
+    with pytest.raises(OverrideError) as caught:
+        validate_overrides([p.replace("{data}", f"data={demo_data}") for p in pairs])
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_data_yaml_without_splits_is_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "data.yaml"
+    bad.write_text("names: {0: a}\n")
+    with pytest.raises(OverrideError, match="missing train, val"):
+        validate_overrides([f"data={bad}"])
+
+
+def test_shipped_model_yaml_is_accepted(demo_data: Path) -> None:
+    assert validate_overrides([f"data={demo_data}", "model=yolov8n.yaml"])["model"] == "yolov8n.yaml"
+
+
+def test_args_module_stays_host_side() -> None:
+    code = (
+        "import sys, train.yolo.args as a, train.yolo.runner, train.yolo.settings\n"
+        "a.load_defaults()\n"
+        "bad = [m for m in ('torch', 'ultralytics', 'numpy') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+@pytest.mark.parametrize(
+    "profile, pairs, message",
+    [
+        ("nonesuch", ["{data}"], "unknown profile 'nonesuch'"),
+        ("safe", ["data=/no/such.yaml"], "no such file"),
+        ("safe", ["{data}", "epochs=x"], "epochs=x: expected int"),
+    ],
+)
+def test_child_refuses_bad_input_with_one_line(tmp_path: Path, demo_data: Path, profile: str, pairs: list, message: str) -> None:
+    done = run_child(tmp_path / "run", profile, [p.replace("{data}", f"data={demo_data}") for p in pairs], timeout=60)
+    assert done.code == 2
+    assert done.output.strip().splitlines() == [done.output.strip()]
+    assert message in done.output and "Traceback" not in done.output
+    assert not (tmp_path / "run" / "heartbeat.json").exists()

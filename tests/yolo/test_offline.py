@@ -1,0 +1,84 @@
+"""No network: the audit-hook guard works (main process and workers), and a full run never trips it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.supervised import REPO
+from tests.yolo.conftest import run_child
+
+GUARD_IN_MAIN = """
+import socket, sys
+from pathlib import Path
+from train.yolo.offline import NetworkBlocked, install_network_guard
+log = Path(sys.argv[1])
+install_network_guard(log)
+socket.getaddrinfo("localhost", 0)
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen()
+socket.create_connection(server.getsockname(), timeout=5).close()
+assert not log.exists(), "loopback must stay allowed"
+for attempt in (lambda: socket.getaddrinfo("example.com", 443), lambda: socket.socket().connect(("192.0.2.1", 80))):
+    try:
+        attempt()
+    except NetworkBlocked:
+        continue
+    raise SystemExit("not blocked")
+"""
+
+GUARD_IN_WORKER = """
+import os, socket, sys
+from pathlib import Path
+from torch.utils.data import DataLoader, Dataset
+from train.yolo.loader import WorkerInit
+
+class Lookup(Dataset):
+    def __len__(self):
+        return 1
+    def __getitem__(self, index):
+        try:
+            socket.getaddrinfo("example.com", 80)
+        except OSError as exc:
+            return type(exc).__name__
+        return "connected"
+
+if __name__ == "__main__":
+    loader = DataLoader(Lookup(), num_workers=1, multiprocessing_context="fork", collate_fn=lambda b: b[0],
+                        worker_init_fn=WorkerInit(None, Path(sys.argv[1])))
+    print(next(iter(loader)), os.getpid())
+"""
+
+
+def test_guard_blocks_and_records_outside_loopback(tmp_path: Path) -> None:
+    log = tmp_path / "network.log"
+    subprocess.run([sys.executable, "-c", GUARD_IN_MAIN, str(log)], check=True, cwd=REPO, timeout=60)
+    text = log.read_text()
+    assert "socket.getaddrinfo host='example.com' port=443" in text
+    assert "socket.connect host='192.0.2.1' port=80" in text
+
+
+def test_guard_is_installed_in_dataloader_workers(tmp_path: Path) -> None:
+    log = tmp_path / "network.log"
+    script = tmp_path / "worker_guard.py"
+    script.write_text(GUARD_IN_WORKER)
+    done = subprocess.run(
+        [sys.executable, str(script), str(log)], check=True, cwd=REPO, timeout=120, capture_output=True, text=True
+    )
+    result, main_pid = done.stdout.splitlines()[-1].split()
+    assert result == "NetworkBlocked"
+    assert "host='example.com'" in log.read_text() and f"pid={main_pid} " not in log.read_text()
+
+
+def test_full_run_never_reaches_for_the_network(tmp_path: Path, demo_data: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = run_child(run_dir, "balanced", [f"data={demo_data}", "epochs=1", "imgsz=64", "batch=8", "device=cpu", "plots=True"])
+    assert done.code == 0, done.output[-3000:]
+    assert not (run_dir / "network.log").exists(), (run_dir / "network.log").read_text()
+    user_dir = run_dir / "ultralytics" / "Ultralytics"
+    assert (user_dir / "Arial.ttf").is_file() and (user_dir / "Arial.Unicode.ttf").is_file()
+    settings = json.loads((user_dir / "settings.json").read_text())
+    assert settings["sync"] is False
+    assert "Using 2 dataloader workers" in done.output
+    assert (run_dir / "train" / "labels.jpg").is_file()  # plots ran, with the local font

@@ -1,0 +1,64 @@
+"""End to end through ``python -m train run``: hangs and kills on attempt 0, resumed to the last epoch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from tests.supervised import Finished, survivors, train_cli
+from tests.yolo.conftest import TINY, ChildRun, load_checkpoint
+
+BUDGETS = ("--stall-timeout", "10", "--startup-timeout", "120", "--backoff", "0.5")
+
+
+def _run(run_dir: Path, profile: str, fault: str, demo_data: Path) -> Finished:
+    args: List[str] = ["run", "--profile", profile, "--run-dir", str(run_dir), *BUDGETS, f"data={demo_data}", "epochs=3", *TINY]
+    return train_cli(args, run_dir=run_dir, env={"TRAIN_FAULT": fault}, timeout=480)
+
+
+def _assert_completed_every_epoch(done: Finished) -> None:
+    output = done.stdout + done.stderr
+    assert done.code == 0, output[-4000:]
+    assert done.kinds()[-1] == "exit" and done.of("exit")[-1]["attempt"] == 1
+    child = ChildRun(done.code, output, done.run_dir)
+    assert "Resuming training" in output and "from epoch 2 to 3 total epochs" in output
+    assert child.results_epochs() == [1, 2, 3]
+    final = load_checkpoint(child.last)
+    assert final["epoch"] == -1 and final["optimizer"] is None
+    assert not (done.run_dir / "network.log").exists()
+    assert survivors(done.run_dir) == []
+
+
+def test_worker_hang_after_first_checkpoint_falls_back_and_resumes(tmp_path: Path, demo_data: Path) -> None:
+    done = _run(tmp_path / "run", "fast", "sleep@worker,attempt=0,train=1,epoch>=2", demo_data)
+    _assert_completed_every_epoch(done)
+    starts = done.of("start")
+    assert [(s["attempt"], s["profile"]) for s in starts] == [(0, "fast"), (1, "balanced")]
+    (stall,) = done.of("stall")
+    assert stall["attempt"] == 0 and stall["budget"] == "stall"
+    assert stall["last_beat"]["phase"] == "train" and stall["last_beat"]["epoch"] == 2
+    assert stall["last_beat"]["saved_epoch"] == 1
+    output = done.stdout + done.stderr
+    resumed_at = output.index("Resuming training")
+    assert "Using 4 dataloader workers" in output[:resumed_at]  # fast, on CPU where Ultralytics would use 0
+    assert "Using 2 dataloader workers" in output[resumed_at:]  # balanced, applied on the resumed attempt
+    stacks = done.stacks(0)
+    assert "hang_sleep" in stacks and "__getitem__" in stacks and "_worker_loop" in stacks
+
+
+def test_hang_right_after_validation_resumes_from_last_checkpoint(tmp_path: Path, demo_data: Path) -> None:
+    done = _run(tmp_path / "run", "safe", "sleep@val_end,attempt=0,epoch=2", demo_data)
+    _assert_completed_every_epoch(done)
+    (stall,) = done.of("stall")
+    assert stall["last_beat"]["phase"] == "train"  # validation ended: the stall budget, not val_timeout
+    assert stall["last_beat"]["epoch"] == 2 and stall["last_beat"]["saved_epoch"] == 1
+    assert "hang_sleep" in done.stacks(0) and "validate" in done.stacks(0)
+    assert [s["profile"] for s in done.of("start")] == ["safe", "safe"]
+
+
+def test_sigkill_during_checkpoint_save_resumes_from_previous_one(tmp_path: Path, demo_data: Path) -> None:
+    done = _run(tmp_path / "run", "safe", "sigkill@save,attempt=0,epoch=2", demo_data)
+    _assert_completed_every_epoch(done)
+    (crash,) = done.of("crash")
+    assert crash["attempt"] == 0 and crash["last_beat"]["phase"] == "save"
+    assert done.of("stall") == []

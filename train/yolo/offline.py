@@ -1,0 +1,141 @@
+"""Keep Ultralytics off the network, and prove it.
+
+What Ultralytics 8.4.190 reads (checked in its source):
+
+* ``YOLO_OFFLINE=1``: ``utils.is_online()`` returns False without its DNS
+  probe, so ``ONLINE`` is False: no pip update check, no analytics events, no
+  dataset or asset downloads are attempted by the code paths that ask.
+* ``YOLO_AUTOINSTALL=0``: ``check_requirements`` never runs pip.
+* ``YOLO_CONFIG_DIR``: ``USER_CONFIG_DIR`` is ``$YOLO_CONFIG_DIR/Ultralytics``,
+  home of ``settings.json`` and of the fonts. Read once, at import.
+* ``check_font("Arial.ttf")`` runs on every ``check_det_dataset`` (every
+  train and val process) and, when the font is not in ``USER_CONFIG_DIR``,
+  calls ``requests.head`` on GitHub *even when offline* (a 3 s stall through
+  a silent proxy). A copy of matplotlib's DejaVuSans.ttf under both names
+  Ultralytics asks for (``Arial.ttf``, ``Arial.Unicode.ttf``) ends that.
+* Settings ``sync`` (analytics) and the integrations (clearml, comet, dvc,
+  mlflow, raytune, tensorboard, wandb) are switched off after import.
+
+Training from ``yolov8n.yaml`` needs no weights, and ``amp=False`` (every
+shipped profile) skips ``check_amp``, which would download a model.
+
+``install_network_guard`` adds an audit hook that refuses every
+``socket.connect`` and ``socket.getaddrinfo`` to a non-loopback host,
+appending a line (with the Python stack) to ``RUN_DIR/network.log``. It is
+installed in the training process before Ultralytics is imported and in every
+DataLoader worker; tests assert the log stays absent.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import os
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+NETWORK_LOG = "network.log"
+FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
+INTEGRATIONS = ("clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")
+
+
+class NetworkBlocked(ConnectionRefusedError):
+    """Raised inside the process that tried to reach the network (an OSError, as a failed connect is)."""
+
+
+def _is_local(host: Any) -> bool:
+    if host is None or not isinstance(host, (str, bytes)):
+        return True  # passive lookups and non-IP families (netlink, ...)
+    name = host.decode() if isinstance(host, bytes) else host
+    if name in ("", "localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _destination(event: str, args: Tuple[Any, ...]) -> Optional[Tuple[Any, Any]]:
+    """(host, port) a socket event goes to, or None when it stays on this machine."""
+    if event == "socket.connect":
+        address = args[1]
+        if not isinstance(address, tuple):
+            return None  # AF_UNIX path (multiprocessing, resource sharing)
+        host, port = address[0], address[1] if len(address) > 1 else None
+    elif event == "socket.getaddrinfo":
+        host, port = args[0], args[1]
+    else:
+        return None
+    return None if _is_local(host) else (host, port)
+
+
+_guard_log: Optional[Path] = None
+
+
+def _audit(event: str, args: Tuple[Any, ...]) -> None:
+    if _guard_log is None or not event.startswith("socket."):
+        return
+    target = _destination(event, args)
+    if target is None:
+        return
+    stack = "".join(traceback.format_stack(limit=12)[:-1])
+    line = f"{time.time():.3f} pid={os.getpid()} {event} host={target[0]!r} port={target[1]!r}\n{stack}\n"
+    with open(_guard_log, "a", encoding="utf-8") as handle:
+        handle.write(line)
+    raise NetworkBlocked(f"trainbox: network access to {target[0]}:{target[1]} blocked (see {_guard_log})")
+
+
+def install_network_guard(log_path: Path) -> None:
+    """Refuse and record non-loopback connects and lookups in this process (and its forks).
+
+    Audit hooks cannot be removed; installing again only changes the log file.
+    """
+    global _guard_log
+    first = _guard_log is None
+    _guard_log = Path(log_path)
+    if first:
+        sys.addaudithook(_audit)
+
+
+def matplotlib_font() -> Path:
+    """matplotlib's DejaVuSans.ttf, located without importing matplotlib."""
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("matplotlib is not installed (Ultralytics needs it)")
+    font = Path(list(spec.submodule_search_locations)[0]) / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
+    if not font.is_file():
+        raise RuntimeError(f"matplotlib's font {font} is missing")
+    return font
+
+
+def prepare_environment(config_dir: Path) -> Path:
+    """Set the offline environment and put the fonts in place; call before importing Ultralytics.
+
+    Returns Ultralytics' user config directory (``config_dir/Ultralytics``).
+    """
+    user_dir = Path(config_dir) / "Ultralytics"
+    user_dir.mkdir(parents=True, exist_ok=True)
+    font = matplotlib_font()
+    for name in FONT_NAMES:
+        target = user_dir / name
+        if not target.is_file() or target.stat().st_size != font.stat().st_size:
+            tmp = user_dir / f".{name}.{os.getpid()}.tmp"
+            shutil.copyfile(font, tmp)
+            os.replace(tmp, target)
+    os.environ["YOLO_OFFLINE"] = "1"
+    os.environ["YOLO_AUTOINSTALL"] = "0"
+    os.environ["YOLO_CONFIG_DIR"] = str(config_dir)
+    return user_dir
+
+
+def disable_settings_sync() -> None:
+    """Switch off analytics sync and the logging integrations in Ultralytics' settings."""
+    from ultralytics.utils import SETTINGS
+
+    wanted = {key: False for key in ("sync",) + INTEGRATIONS if key in SETTINGS}
+    if any(SETTINGS.get(key) is not False for key in wanted):
+        SETTINGS.update(wanted)

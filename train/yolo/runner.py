@@ -1,0 +1,129 @@
+"""One training attempt: ``python -m train.yolo --profile NAME [--run-dir DIR] [KEY=VALUE ...]``.
+
+Environment (set by ``python -m train run``): ``TRAIN_RUN_DIR`` (unless
+``--run-dir``), ``TRAIN_HEARTBEAT_FILE``, ``TRAIN_ATTEMPT``,
+``TRAIN_STARTUP_TIMEOUT`` (seconds the setup phase may stay silent; default:
+the profile's ``startup_timeout``), ``TRAIN_PROFILES_DIR``, ``TRAIN_FAULT``.
+
+Layout: Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
+``name=train``, ``exist_ok``); its config directory (settings, fonts) is
+``RUN_DIR/ultralytics``; blocked network attempts go to
+``RUN_DIR/network.log``.
+
+Each attempt decides from ``RUN_DIR/train/weights/last.pt``: absent, train
+from scratch; resumable, Ultralytics resume (per epoch); every epoch trained
+but not finalised (a kill between the last save and the final strip), strip
+and finish; already stripped, the run is complete. Exit status: 0 when the
+run is complete, 2 for bad arguments, a bad profile or an unusable
+checkpoint (one line on stderr), otherwise the error's traceback and 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from train import heartbeat, profiles
+from train.yolo import checkpoint, offline
+from train.yolo.args import PROFILE_KEYS, OverrideError, validate_overrides
+from train.yolo.settings import from_profile
+
+STARTUP_TIMEOUT_ENV = "TRAIN_STARTUP_TIMEOUT"
+DEFAULT_MODEL = "yolov8n.yaml"
+EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """Bad arguments or environment for the child; reported as one line."""
+
+
+def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m train.yolo", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", required=True, help="profile name (env/profiles/NAME.yaml)")
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: $TRAIN_RUN_DIR")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments")
+    return parser.parse_args(argv)
+
+
+def _startup_timeout(profile: profiles.Profile) -> float:
+    value = os.environ.get(STARTUP_TIMEOUT_ENV)
+    if not value:
+        return profile.startup_timeout
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError(f"{STARTUP_TIMEOUT_ENV}={value!r}: expected seconds") from None
+    if seconds <= 0:
+        raise UsageError(f"{STARTUP_TIMEOUT_ENV}={value!r}: must be positive")
+    return seconds
+
+
+def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: Path, startup_timeout: float) -> str:
+    """Run (or resume, or finish) the training in ``run_dir``; return a one-line outcome."""
+    network_log = run_dir / offline.NETWORK_LOG
+    offline.install_network_guard(network_log)
+    offline.prepare_environment(run_dir / "ultralytics")
+
+    from ultralytics import YOLO
+
+    from train.yolo.trainer import ProfiledDetectionTrainer
+
+    offline.disable_settings_sync()
+    settings = from_profile(profile, overrides, startup_timeout, network_log)
+    weights = run_dir / "train" / "weights"
+    last = weights / "last.pt"
+    state, _ = checkpoint.resume_state(last)
+    # First beat only now: an unusable checkpoint ends the attempt before it, as a configuration error.
+    heartbeat.beat("setup", timeout=settings.startup_timeout, force=True)
+    if state is checkpoint.Resume.FINISHED:
+        return f"run complete: {last} is a finished checkpoint; nothing to train"
+    if state is checkpoint.Resume.TRAINED:
+        stripped = checkpoint.strip_atomic(last)
+        if (weights / "best.pt").exists():
+            checkpoint.strip_atomic(weights / "best.pt", updates={"train_results": stripped.get("train_results")})
+        return f"run complete: every epoch was trained; finalised {last}"
+
+    args = {key: value for key, value in overrides.items() if key not in PROFILE_KEYS}
+    model = args.pop("model", DEFAULT_MODEL)
+    args.update(
+        project=str(run_dir),
+        name="train",
+        exist_ok=True,
+        workers=settings.workers,
+        val=settings.val,
+        amp=settings.amp,
+        compile=settings.compile,
+        resume=str(last) if state is checkpoint.Resume.RESUME else False,
+    )
+    trainer = functools.partial(ProfiledDetectionTrainer, settings=settings)
+    YOLO(model).train(trainer=trainer, **args)
+    verb = "resumed and completed" if state is checkpoint.Resume.RESUME else "completed"
+    return f"run {verb}: checkpoints in {weights}"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """The child's entry point; returns its exit status (see the module docstring)."""
+    ns = _parse(argv)
+    try:
+        profile = profiles.load(ns.profile)
+        overrides = validate_overrides(ns.overrides)
+        run_dir_text = ns.run_dir or os.environ.get(heartbeat.RUN_DIR_ENV)
+        if not run_dir_text:
+            raise UsageError(f"no run directory: pass --run-dir or set {heartbeat.RUN_DIR_ENV}")
+        run_dir = Path(run_dir_text).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        startup_timeout = _startup_timeout(profile)
+    except (profiles.ProfileError, OverrideError, UsageError) as exc:
+        print(f"trainbox: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        outcome = run_attempt(profile, overrides, run_dir, startup_timeout)
+    except checkpoint.CheckpointError as exc:
+        print(f"trainbox: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"trainbox: {outcome}", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,147 @@
+"""The one seam where a profile meets Ultralytics: a DetectionTrainer subclass.
+
+Passed to ``YOLO(...).train(trainer=...)`` (bound to its settings with
+``functools.partial``). Ultralytics' ``BaseTrainer.__init__`` forces
+``workers=0`` on CPU and sets torch's threads to ``cpu_count - 1``, and
+``check_resume`` replaces the arguments with the checkpoint's on a resumed
+attempt (keeping only a few overrides). Everything the profile decides is
+therefore applied *after* ``super().__init__``, on fresh and resumed
+attempts alike: workers, val, amp, compile, the convolution backend
+(``native``: ``torch.backends.cudnn.enabled = False``), CPU threads (again at
+every validation start, since a stand-alone validator resets them), and the
+DataLoader options via ``get_dataloader``. Nothing in torch or Ultralytics is patched.
+
+The subclass also beats (``beats.TrainingBeats``), fires the ``val_end``
+fault site (right after each in-training validation, context ``epoch``), and
+writes every checkpoint atomically (``checkpoint``), including the final
+``strip_optimizer`` writes. Single device only (no DDP).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from ultralytics.cfg import DEFAULT_CFG
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import LOGGER
+
+from train import faults
+from train.yolo import checkpoint, loader
+from train.yolo.beats import TrainingBeats
+from train.yolo.settings import RunSettings
+
+
+def apply_cpu_threads(threads: Optional[int]) -> int:
+    """Set torch's intra-op threads (None: every core); return the number set."""
+    count = threads or os.cpu_count() or 1
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
+class ProfiledDetectionTrainer(DetectionTrainer):
+    """Ultralytics' detection trainer with a trainbox profile applied."""
+
+    def __init__(
+        self,
+        cfg: Any = DEFAULT_CFG,
+        overrides: Optional[Dict[str, Any]] = None,
+        _callbacks: Optional[Dict[str, Any]] = None,
+        *,
+        settings: RunSettings,
+    ) -> None:
+        super().__init__(cfg, overrides, _callbacks)
+        self.settings = settings
+        self.args.workers = settings.workers
+        self.args.val = settings.val
+        self.args.amp = settings.amp
+        self.args.compile = settings.compile
+        if settings.conv_backend == "native":
+            torch.backends.cudnn.enabled = False  # PyTorch's own convolutions: no MIOpen/cuDNN kernel compilation
+        apply_cpu_threads(settings.cpu_threads)
+        self.beats = TrainingBeats(settings.startup_timeout, settings.val_timeout, settings.save_timeout)
+        self.beats.attach(self)
+        self.add_callback("on_train_epoch_start", self._tag_epoch)
+        self.add_callback("on_val_start", self._before_validation)
+
+    def _tag_epoch(self, _trainer: Any) -> None:
+        self.train_loader.set_epoch(self.epoch + 1)
+
+    def _before_validation(self, validator: Any) -> None:
+        apply_cpu_threads(self.settings.cpu_threads)
+        if isinstance(validator.dataloader, loader.ProfileDataLoader):
+            validator.dataloader.set_epoch(self.epoch + 1)
+
+    def check_resume(self, overrides: Dict[str, Any]) -> None:
+        """Resume as Ultralytics does, but keep this attempt's run directory.
+
+        The checkpoint's arguments carry the absolute ``save_dir`` of the
+        attempt that wrote it; a run directory mounted elsewhere (a container)
+        must not send checkpoints back to that old path.
+        """
+        super().check_resume(overrides)
+        if self.resume and overrides.get("project"):
+            self.args.project, self.args.name, self.args.exist_ok = overrides["project"], overrides["name"], True
+            self.args.save_dir = str(Path(overrides["project"]) / overrides["name"])
+
+    def resume_training(self, ckpt: Optional[Dict[str, Any]]) -> None:
+        super().resume_training(ckpt)
+        if self.resume and ckpt is not None:
+            checkpoint.trim_results(self.csv, self.start_epoch)
+
+    def get_dataloader(
+        self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"
+    ) -> loader.ProfileDataLoader:
+        base = super().get_dataloader(dataset_path, batch_size, rank, mode)
+        return loader.rebuild(
+            base,
+            workers=self.settings.workers,
+            multiprocessing_context=self.settings.multiprocessing_context,
+            persistent_workers=self.settings.persistent_workers,
+            prefetch_factor=self.settings.prefetch_factor,
+            network_log=self.settings.network_log,
+            train=mode == "train",
+        )
+
+    def validate(self) -> Tuple[Any, Any]:
+        result = super().validate()
+        self.beats.validated()
+        faults.point("val_end", epoch=self.epoch + 1)
+        return result
+
+    def save_model(self) -> bool:
+        """Ultralytics' save, into a staging directory; then fsync and rename over the real files."""
+        self.beats.saving()
+        weights, last, best = self.wdir, self.last, self.best
+        staging = checkpoint.staging_dir(weights)
+        self.wdir, self.last, self.best = staging, staging / last.name, staging / best.name
+        try:
+            saved = super().save_model()
+        finally:
+            self.wdir, self.last, self.best = weights, last, best
+        checkpoint.publish(staging, weights, epoch=self.epoch + 1)
+        self.beats.saved()
+        return saved
+
+    def final_eval(self) -> None:
+        """Ultralytics' final evaluation, with the optimizer-stripping writes made atomic."""
+        self.beats.saving()
+        ckpt = checkpoint.strip_atomic(self.last) if self.last.exists() else {}
+        if self.best.exists():
+            checkpoint.strip_atomic(self.best, updates={"train_results": ckpt.get("train_results")})
+        self.beats.saved()
+        if not self.best.exists():
+            return
+        LOGGER.info(f"\nValidating {self.best}...")
+        validator: Any = self.validator
+        validator.args.plots = self.args.plots
+        validator.args.compile = False
+        metrics = validator(model=self.best)
+        metrics.pop("fitness", None)
+        self.metrics = metrics
+        self.epoch += 1
+        self.run_callbacks("on_fit_epoch_end")
+        self.epoch -= 1
