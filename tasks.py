@@ -1,0 +1,165 @@
+"""invoke tasks for the trainbox containers (thin: the work is in train/container/).
+
+    invoke setup                      write .env (pins, UID/GID, video/render GIDs, flavor)
+    invoke build [--flavor cpu]       build the image, output streamed live
+    invoke train --profile safe [--flavor rocm|cpu] [--data PATH] [--set KEY=VALUE ...]
+                 [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
+    invoke status [--run NAME] [--deadline 07:00]
+    invoke logs / stop / shell / test
+
+Ultralytics overrides are passed with a repeated ``--set KEY=VALUE`` (invoke
+has no positional varargs); container environment with ``--env KEY=VALUE``.
+Every user error ends with one line (invoke.Exit), never a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+from invoke import Exit, task
+
+from train.container import build as build_image
+from train.container import dotenv, launch
+from train.container import status as run_status
+from train.container.errors import UserError
+
+ROOT = Path(__file__).resolve().parent
+
+
+def one_line_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn UserError into invoke.Exit with its one-line message."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            raise Exit(f"error: {exc}", code=2) from None
+
+    return wrapper
+
+
+def _flavor(flavor: Optional[str]) -> str:
+    if flavor is None:
+        flavor = dotenv.default_flavor()
+        if flavor == "cpu":
+            print("note: /dev/kfd not found, using the cpu flavor (pass --flavor rocm to insist)", file=sys.stderr)
+    if flavor not in dotenv.FLAVORS:
+        raise UserError(f"--flavor must be one of {', '.join(dotenv.FLAVORS)}, not {flavor!r}")
+    return flavor
+
+
+@task(
+    help={
+        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "ca_cert": "extra CA certificate file or directory for builds (repeatable)",
+    },
+    iterable=["ca_cert"],
+)
+@one_line_errors
+def setup(c, flavor=None, ca_cert=None):
+    """Write .env for docker compose (then: docker compose up)."""
+    path = dotenv.write(ROOT, dotenv.settings(_flavor(flavor), ca_cert or []))
+    print(f"wrote {path}")
+
+
+@task(
+    help={
+        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "ca_cert": "extra CA certificate file or directory, trusted inside the build (repeatable; also $TRAINBOX_CA_CERTS)",
+        "no_cache": "rebuild every layer",
+    },
+    iterable=["ca_cert"],
+)
+@one_line_errors
+def build(c, flavor=None, ca_cert=None, no_cache=False):
+    """Build the flavor's image through the Docker SDK, streaming progress."""
+    build_image.build(_flavor(flavor), ROOT, ca_cert or [], no_cache)
+
+
+@task(
+    help={
+        "profile": "training profile from env/profiles (safe, balanced, fast)",
+        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "data": "dataset: a data.yaml or its directory, mounted read-only (default: the demo dataset)",
+        "set": "Ultralytics/run override KEY=VALUE (repeatable)",
+        "env": "container environment KEY=VALUE (repeatable)",
+        "supervisor": "options for `python -m train run`, e.g. '--stall-timeout 120 --max-restarts 3'",
+        "name": "run name (default: PROFILE-TIMESTAMP); the run directory is runs/NAME",
+        "no_build": "fail instead of building a missing image",
+    },
+    iterable=["set_", "env"],
+)
+@one_line_errors
+def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, supervisor="", name=None, no_build=False):
+    """Train in a container created from compose.yaml's service; Ctrl-C stops it gracefully."""
+    environment = dict(pair.split("=", 1) for pair in launch.parse_pairs(env or [], "--env"))
+    request = launch.TrainRequest(
+        profile=profile,
+        flavor=_flavor(flavor),
+        root=ROOT,
+        data=Path(data) if data else None,
+        overrides=list(set_ or []),
+        supervisor_args=shlex.split(supervisor),
+        environment=environment,
+        run_name=name,
+        build_missing=not no_build,
+    )
+    code = launch.train(request)
+    if code == launch.INTERRUPTED:
+        raise Exit(code=code)
+    if code != 0:
+        raise Exit(f"error: training container exited with {code}: see `invoke logs` and the run's events.jsonl", code=code)
+
+
+@task(
+    help={
+        "run": "run name (default: the newest run)",
+        "run_dir": "a run directory instead",
+        "deadline": "HH:MM or YYYY-MM-DDTHH:MM: does the run finish in time?",
+    }
+)
+@one_line_errors
+def status(c, run=None, run_dir=None, deadline=None):
+    """Epoch, batch, throughput, ETA, restarts, stalls, health and checkpoint age of a run."""
+    directory, health = launch.locate(ROOT, run, Path(run_dir) if run_dir else None)
+    when = run_status.parse_deadline(deadline, datetime.datetime.now()) if deadline else None
+    print("\n".join(run_status.render(directory, run_status.read(directory), health, when)))
+
+
+@task(help={"run": "run name (default: the newest run)", "follow": "keep streaming"})
+@one_line_errors
+def logs(c, run=None, follow=False):
+    """Print the run container's logs."""
+    launch.logs(run, follow)
+
+
+@task(help={"run": "run name (default: the newest run)"})
+@one_line_errors
+def stop(c, run=None):
+    """Stop the run's container, giving the supervisor its grace period to save."""
+    print(f"stopped {launch.stop(run)}")
+
+
+@task(
+    help={
+        "run": "run whose container to enter (default: the newest running one, else a fresh container)",
+        "flavor": "image for a fresh container",
+    }
+)
+@one_line_errors
+def shell(c, run=None, flavor=None):
+    """Interactive shell in the run's container (or a fresh one) with the image's environment."""
+    launch.exec_shell(launch.shell_command(run, _flavor(flavor), ROOT))
+
+
+@task(help={"pytest_args": "extra pytest arguments, e.g. '-k compose'"})
+def test(c, pytest_args=""):
+    """Run the container test suite (needs a Docker Engine; see .ci/docker-setup.sh)."""
+    command: List[str] = [sys.executable, "-m", "pytest", "tests/container", *pytest_args.split()]
+    c.run(" ".join(command), pty=sys.stdout.isatty())

@@ -1,0 +1,58 @@
+"""The CPU image: labels equal env/stack.env, packages import, pip is consistent."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+from train.container import envfiles
+
+
+def run(docker_api, image: str, entrypoint: str, command: list) -> str:
+    container = docker_api.create_container(
+        image, command=command, entrypoint=entrypoint, host_config=docker_api.create_host_config(network_mode="none")
+    )
+    try:
+        docker_api.start(container["Id"])
+        docker_api.wait(container["Id"], timeout=300)
+        return docker_api.logs(container["Id"]).decode()
+    finally:
+        docker_api.remove_container(container["Id"], force=True)
+
+
+def test_labels_equal_stack(docker_api, cpu_image: Dict[str, object]) -> None:
+    labels = docker_api.inspect_image(cpu_image["tag"])["Config"]["Labels"]
+    pins = envfiles.stack()
+    assert labels["io.trainbox.torch"] == pins["TORCH_VERSION"]
+    assert labels["io.trainbox.torchvision"] == pins["TORCHVISION_VERSION"]
+    assert labels["io.trainbox.ultralytics"] == pins["ULTRALYTICS_VERSION"]
+    assert labels["io.trainbox.numpy"] == pins["NUMPY_VERSION"]
+    assert labels["io.trainbox.opencv"] == pins["OPENCV_VERSION"]
+    assert labels["io.trainbox.python"] == pins["CPU_PYTHON"]
+
+
+def test_installed_versions(docker_api, cpu_image: Dict[str, object]) -> None:
+    code = (
+        "import sys, cv2, numpy, torch, torchvision, importlib.metadata as m; "
+        "print(sys.version_info[:2], torch.__version__, torchvision.__version__, numpy.__version__, "
+        "m.version('ultralytics'), m.version('opencv-python-headless'))"
+    )
+    out = run(docker_api, cpu_image["tag"], "python", ["-c", code]).strip().splitlines()[-1]
+    pins = envfiles.stack()
+    major, minor = pins["CPU_PYTHON"].split(".")
+    assert out.split(") ")[0] == f"({major}, {minor}"
+    versions = out.split(") ")[1].split()
+    assert versions[0].split("+")[0] == pins["TORCH_VERSION"]
+    assert versions[1].split("+")[0] == pins["TORCHVISION_VERSION"]
+    assert versions[2:] == [pins["NUMPY_VERSION"], pins["ULTRALYTICS_VERSION"], pins["OPENCV_VERSION"]]
+
+
+def test_pip_check_only_headless_opencv(docker_api, cpu_image: Dict[str, object]) -> None:
+    out = run(docker_api, cpu_image["tag"], "pip", ["check"]).strip().splitlines()
+    assert out == ["ultralytics 8.4.190 requires opencv-python, which is not installed."], out
+
+
+def test_runs_as_default_non_root_user(docker_api, cpu_image: Dict[str, object]) -> None:
+    config = docker_api.inspect_image(cpu_image["tag"])["Config"]
+    assert config["User"] not in ("", "0", "root")
+    assert config["Entrypoint"][:2] == ["tini", "--"]
+    assert config["Healthcheck"]["Test"][-1] == "health"

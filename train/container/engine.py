@@ -1,0 +1,36 @@
+"""Connecting to the Docker Engine with one-line errors."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import docker
+from docker.errors import DockerException, ImageNotFound
+
+from train.container.errors import UserError
+
+
+def api() -> docker.APIClient:
+    """Low-level client (it streams build output and logs); fails with what to do."""
+    try:
+        client = docker.APIClient(**docker.utils.kwargs_from_env(), version="auto", timeout=300)
+        client.ping()
+    except DockerException as exc:
+        raise UserError(
+            f"Docker daemon not reachable ({_short(exc)}): start it (e.g. `sudo systemctl start docker`"
+            " or .ci/docker-setup.sh) and check that you may use it (docker group)"
+        ) from None
+    return client
+
+
+def image(client: docker.APIClient, tag: str, flavor: str) -> Dict[str, Any]:
+    """Inspect ``tag``; a missing image names the command that builds it."""
+    try:
+        return client.inspect_image(tag)
+    except ImageNotFound:
+        raise UserError(f"image {tag} not found: run `invoke build --flavor {flavor}`") from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:160] if text else type(exc).__name__

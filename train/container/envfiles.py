@@ -1,0 +1,54 @@
+"""The ``env/`` files: pinned versions (``stack.env``) and runtime environments.
+
+Format: ``KEY=VALUE`` lines, no quotes, ``#`` comments; the same parser reads
+them here, in the image's entry point and in ``setup-app.sh``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List
+
+from train.container.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENV_DIR = REPO_ROOT / "env"
+STACK_FILE = ENV_DIR / "stack.env"
+RUNTIME_FILE = ENV_DIR / "runtime.env"
+GFX1010_FILE = ENV_DIR / "gfx1010.env"
+
+#: Runtime environment files baked into each flavor's image, in load order.
+FLAVOR_ENV_FILES: Dict[str, List[Path]] = {
+    "cpu": [RUNTIME_FILE],
+    "rocm": [GFX1010_FILE, RUNTIME_FILE],
+}
+
+_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
+
+
+def read_env_file(path: Path) -> Dict[str, str]:
+    """Parse one env file; a malformed line is a :class:`UserError` naming it."""
+    values: Dict[str, str] = {}
+    for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            raise UserError(f"{path}:{number}: expected KEY=VALUE without spaces or quotes")
+        values[match.group(1)] = match.group(2)
+    return values
+
+
+def stack() -> Dict[str, str]:
+    """Every pinned version (``env/stack.env``)."""
+    return read_env_file(STACK_FILE)
+
+
+def runtime_env(flavor: str) -> Dict[str, str]:
+    """The environment a container of ``flavor`` starts with (before overrides)."""
+    merged: Dict[str, str] = {}
+    for path in FLAVOR_ENV_FILES[flavor]:
+        merged.update(read_env_file(path))
+    return merged

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Container entry point (after tini): load the runtime environment files baked
+# into the image, without overriding what docker run -e / compose set, then
+# hand over to the trainbox CLI with the run directory
+# $TRAINBOX_RUNS/$TRAINBOX_RUN_NAME:
+#   demo [RUN ARGS]   write the demo dataset into the run directory and train
+#                     it (RUN ARGS default to --profile safe; image default);
+#                     $TRAINBOX_DEMO_DEFAULTS fill in KEY=VALUEs not given
+#   train RUN ARGS    python -m train run --run-dir RUN_DIR RUN ARGS
+#   health            python -m train health --run-dir RUN_DIR (HEALTHCHECK)
+#   bash / sh         a shell with this environment (invoke shell)
+#   anything else     python -m train ARGS
+set -eu
+for file in /etc/trainbox/env.d/*.env; do
+  while IFS='=' read -r key value; do
+    case "$key" in ''|'#'*) continue ;; esac
+    eval "isset=\${$key+x}"
+    [ -n "$isset" ] || export "$key=$value"
+  done <"$file"
+done
+run_dir="$TRAINBOX_RUNS/${TRAINBOX_RUN_NAME:-demo}"
+command="${1:-}"
+[ $# -eq 0 ] || shift
+case "$command" in
+  demo)
+    [ $# -gt 0 ] || set -- --profile safe
+    defaults=""
+    for pair in $(echo "${TRAINBOX_DEMO_DEFAULTS:-}" | tr ',' ' '); do
+      case " $* " in *" ${pair%%=*}="*) ;; *) defaults="$defaults $pair" ;; esac
+    done
+    python -m train demo-data "$run_dir/demo-data"
+    # shellcheck disable=SC2086  # defaults: KEY=VALUE words without spaces
+    exec python -m train run --run-dir "$run_dir" "$@" $defaults "data=$run_dir/demo-data/data.yaml"
+    ;;
+  train) exec python -m train run --run-dir "$run_dir" "$@" ;;
+  health) exec python -m train health --run-dir "$run_dir" "$@" ;;
+  bash|sh) exec "$command" "$@" ;;
+esac
+[ -n "$command" ] || exec python -m train --help
+exec python -m train "$command" "$@"

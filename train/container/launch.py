@@ -1,0 +1,271 @@
+"""``invoke train`` / ``stop`` / ``logs`` / ``shell``: containers from compose.yaml's services.
+
+The container is created through the Docker SDK from the resolved compose
+service (:mod:`train.container.compose`) plus what differs per run: command,
+run name, dataset mount and extra environment.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
+
+import docker
+from docker.types import Mount
+
+from train.container import build, compose, dotenv, engine, envfiles
+from train.container.errors import UserError
+
+RUN_LABEL = "io.trainbox.run"
+DEFAULT_GRACE_S = 10.0
+#: ``follow``'s result when Ctrl-C stopped the container (the shell's code for SIGINT).
+INTERRUPTED = 130
+
+
+@dataclass
+class TrainRequest:
+    """One ``invoke train``: the profile, flavor, dataset and overrides of a run."""
+
+    profile: str
+    flavor: str
+    root: Path
+    data: Optional[Path] = None
+    overrides: List[str] = field(default_factory=list)
+    supervisor_args: List[str] = field(default_factory=list)
+    environment: Dict[str, str] = field(default_factory=dict)
+    run_name: Optional[str] = None
+    build_missing: bool = True
+
+
+def parse_pairs(pairs: Iterable[str], what: str) -> List[str]:
+    """Validate repeated ``KEY=VALUE`` options (``--set``, ``--env``)."""
+    result = []
+    for pair in pairs:
+        key, sep, _ = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"{what} expects KEY=VALUE, got {pair!r}")
+        result.append(pair)
+    return result
+
+
+def _dataset(data: Path) -> Tuple[Path, str]:
+    """(host directory to mount, YAML file name inside it) for ``--data``."""
+    path = data.expanduser().resolve()
+    if path.is_dir():
+        if not (path / "data.yaml").is_file():
+            raise UserError(f"dataset {path} has no data.yaml: pass the YAML file or its directory")
+        return path, "data.yaml"
+    if path.is_file():
+        return path.parent, path.name
+    raise UserError(f"dataset {data} not found: pass a data.yaml or its directory (demo: `python -m train demo-data DIR`)")
+
+
+def check_devices(service: compose.Service) -> None:
+    """A device the service passes through must exist on this host."""
+    for device in service.devices:
+        host_path = Path(device.split(":")[0])
+        if not host_path.exists():
+            raise UserError(f"{host_path} missing: no ROCm GPU driver on this host; use --flavor cpu or load amdgpu")
+
+
+def create_kwargs(service: compose.Service, labels: Dict[str, str]) -> Dict[str, Any]:
+    """``APIClient.create_container`` keyword arguments (minus host_config) for ``service``."""
+    return {
+        "image": service.image,
+        "command": service.command,
+        "user": service.user,
+        "environment": dict(service.environment),
+        "healthcheck": service.healthcheck,
+        "labels": labels,
+        "stop_timeout": int(service.stop_grace_s) if service.stop_grace_s is not None else None,
+        "use_config_proxy": False,
+    }
+
+
+def host_config_kwargs(service: compose.Service) -> Dict[str, Any]:
+    """``APIClient.create_host_config`` keyword arguments for ``service``."""
+    mounts = [Mount(b["target"], b["source"], type="bind", read_only=b["read_only"]) for b in service.binds]
+    mounts += [Mount(v["target"], v["source"], type="volume") for v in service.named_volumes]
+    restart = None
+    if service.restart and service.restart != "no":
+        name, _, count = service.restart.partition(":")
+        restart = {"Name": name, "MaximumRetryCount": int(count or 0)}
+    return {
+        "mounts": mounts,
+        "network_mode": service.network_mode,
+        "restart_policy": restart,
+        "shm_size": service.shm_size,
+        "devices": service.devices or None,
+        "group_add": service.group_add or None,
+        "init": service.init,
+    }
+
+
+def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
+    """Write .env, resolve the flavor's service and apply this run's settings (creates nothing else)."""
+    values = dotenv.settings(request.flavor)
+    dotenv.write(request.root, values)
+    run_name = request.run_name or f"{request.profile}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    variables = dict(dotenv.variables(values), TRAINBOX_RUN_NAME=run_name)
+    service = compose.service(request.flavor, variables, request.root)
+    runtime = envfiles.runtime_env(request.flavor)
+    overrides = parse_pairs(request.overrides, "--set")
+    if request.data is None:
+        service.command = ["demo", "--profile", request.profile, *request.supervisor_args, *overrides]
+    else:
+        directory, yaml_name = _dataset(request.data)
+        for bind in service.binds:
+            if bind["target"] == runtime["TRAINBOX_DATA"]:
+                bind["source"] = str(directory)
+        data_arg = f"data={runtime['TRAINBOX_DATA']}/{yaml_name}"
+        service.command = ["train", "--profile", request.profile, *request.supervisor_args, *overrides, data_arg]
+    service.environment.update(request.environment)
+    runs_host = next(b["source"] for b in service.binds if b["target"] == runtime["TRAINBOX_RUNS"])
+    run_dir = Path(runs_host) / run_name
+    labels = {
+        RUN_LABEL: run_name,
+        "io.trainbox.flavor": request.flavor,
+        "io.trainbox.profile": request.profile,
+        "io.trainbox.run-dir": str(run_dir),
+    }
+    return service, labels
+
+
+def start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Service]:
+    """Create and start the run's container; return (client, container id, service)."""
+    service, labels = prepare(request)
+    check_devices(service)
+    client = engine.api()
+    try:
+        engine.image(client, service.image, request.flavor)
+    except UserError:
+        if not request.build_missing:
+            raise
+        print(f"note: image {service.image} not found, building it first", file=sys.stderr)
+        build.build(request.flavor, request.root)
+    for volume in service.named_volumes:
+        _ensure_volume(client, volume["source"], service.project)
+    host_config = client.create_host_config(**host_config_kwargs(service))
+    name = f"{service.project}-{labels[RUN_LABEL]}"
+    try:
+        container = client.create_container(host_config=host_config, name=name, **create_kwargs(service, labels))
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409:
+            raise UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})") from None
+        raise
+    user = (service.user or "0:0").split(":")
+    dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
+    client.start(container["Id"])
+    return client, container["Id"], service
+
+
+def _ensure_volume(client: docker.APIClient, name: str, project: str) -> None:
+    """Create a named volume with compose's labels, so `docker compose` adopts it."""
+    if any(v["Name"] == name for v in client.volumes(filters={"name": name}).get("Volumes") or []):
+        return
+    key = name[len(project) + 1 :] if name.startswith(project + "_") else name
+    client.create_volume(name, labels={"com.docker.compose.project": project, "com.docker.compose.volume": key})
+
+
+def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Optional[TextIO] = None) -> int:
+    """Stream logs until the container stops for good (restarts included) and return its exit code;
+    Ctrl-C stops it gracefully and returns INTERRUPTED."""
+    out = out or sys.stdout
+    since: Optional[int] = None
+    try:
+        while True:
+            for chunk in client.logs(container_id, stream=True, follow=True, since=since):
+                out.write(chunk.decode(errors="replace"))
+                out.flush()
+            since = int(time.time())
+            state = client.inspect_container(container_id)["State"]
+            if not (state["Running"] or state["Restarting"]):
+                return int(state["ExitCode"])
+            time.sleep(1)
+    except KeyboardInterrupt:
+        out.write(f"\nstopping the container (up to {grace_s:.0f} s to save; Ctrl-C again leaves it running)\n")
+        out.flush()
+        client.stop(container_id, timeout=int(grace_s))
+        out.write("stopped; the run directory keeps its checkpoints\n")
+        return INTERRUPTED
+
+
+def train(request: TrainRequest, out: Optional[TextIO] = None) -> int:
+    """Run training in a container, following its logs; return its exit code."""
+    client, container_id, service = start(request)
+    return follow(client, container_id, service.stop_grace_s or DEFAULT_GRACE_S, out)
+
+
+def find(client: docker.APIClient, run: Optional[str] = None) -> Dict[str, Any]:
+    """The container of run ``run``, else the newest trainbox container."""
+    label = f"{RUN_LABEL}={run}" if run else RUN_LABEL
+    containers = client.containers(all=True, filters={"label": label})
+    if not containers:
+        raise UserError(f"no trainbox container{' for run ' + run if run else ''}: start one with `invoke train`")
+    return max(containers, key=lambda c: c["Created"])
+
+
+def stop(run: Optional[str] = None) -> str:
+    """Stop a run's container within its grace period; return its run name."""
+    client = engine.api()
+    container = find(client, run)
+    timeout = client.inspect_container(container["Id"])["Config"].get("StopTimeout") or DEFAULT_GRACE_S
+    client.stop(container["Id"], timeout=int(timeout))
+    return container["Labels"][RUN_LABEL]
+
+
+def logs(run: Optional[str] = None, follow_logs: bool = False, out: Optional[TextIO] = None) -> None:
+    """Print a run's container logs."""
+    out = out or sys.stdout
+    client = engine.api()
+    container = find(client, run)
+    if follow_logs:
+        follow(client, container["Id"], DEFAULT_GRACE_S, out)
+        return
+    out.write(client.logs(container["Id"]).decode(errors="replace"))
+
+
+def shell_command(run: Optional[str], flavor: str, root: Path) -> List[str]:
+    """The docker CLI command for an interactive shell: in the run's container, else a fresh one."""
+    client = engine.api()
+    if run is not None or client.containers(filters={"label": RUN_LABEL}):
+        container = find(client, run)
+        if container["State"] == "running":
+            return ["docker", "exec", "-it", container["Id"], "trainbox", "bash"]
+    values = dotenv.settings(flavor)
+    dotenv.write(root, values)
+    service = compose.service(flavor, dotenv.variables(values), root)
+    engine.image(client, service.image, flavor)
+    user = ["--user", service.user] if service.user else []
+    mounts = [
+        f"--mount=type=bind,src={b['source']},dst={b['target']}{',readonly' if b['read_only'] else ''}" for b in service.binds
+    ]
+    return ["docker", "run", "--rm", "-it", "--network", service.network_mode or "none", *user, *mounts, service.image, "bash"]
+
+
+def exec_shell(command: List[str]) -> None:
+    """Replace this process with the interactive docker CLI command."""
+    os.execvp(command[0], command)
+
+
+def locate(root: Path, run: Optional[str], run_dir: Optional[Path]) -> Tuple[Path, Optional[str]]:
+    """(run directory, container health or None) for ``invoke status``."""
+    if run_dir is not None:
+        return run_dir, None
+    try:
+        client = engine.api()
+        container = find(client, run)
+    except UserError:
+        runs = root / dotenv.settings().get("TRAINBOX_RUNS_HOST", "runs")
+        candidates = [runs / run] if run else sorted(runs.glob("*/"), key=lambda p: p.stat().st_mtime)
+        if not candidates or not candidates[-1].is_dir():
+            raise UserError(f"no run found under {runs}: pass --run-dir or start one with `invoke train`") from None
+        return candidates[-1], None
+    state = client.inspect_container(container["Id"])["State"]
+    health = (state.get("Health") or {}).get("Status") or state["Status"]
+    return Path(container["Labels"]["io.trainbox.run-dir"]), f"{health} (container {state['Status']})"

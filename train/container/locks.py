@@ -1,0 +1,263 @@
+"""``invoke lock``: hash-locked requirements per flavor, and the check a build runs first.
+
+The pins come from ``env/``: torch, torchvision and the other versions in
+``env/stack.env``, everything else exact in ``env/requirements/lock.txt``
+(and, for the CPU flavor, ``torch-cpu.txt``). For every pin the package
+index's simple page (PEP 503: links carry ``#sha256=``) names the wheels of
+that version; the lock records the sha256 of each wheel that installs on the
+flavor's image (its CPython, x86_64, its glibc). pip installs the lock with
+``--require-hashes --no-deps``, so an artifact that is not in it is refused.
+
+A pin whose hashes cannot be fetched from here (the ROCm torch index is
+reachable only from some machines) is written as a ``# MISSING`` line and
+the task fails: never an unpinned line. :func:`check` refuses such a lock,
+and one whose pins no longer match ``env/`` (the lock records the digest of
+its inputs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+from train.atomic import write_text_atomic
+from train.container import envfiles
+from train.container.errors import UserError
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+REQUIREMENTS_DIR = envfiles.ENV_DIR / "requirements"
+#: glibc of each flavor's base image (Debian 11 and Ubuntu 20.04 both ship 2.31).
+BASE_GLIBC: Dict[str, Tuple[int, int]] = {"cpu": (2, 31), "rocm": (2, 31)}
+PYTHON_KEY = {"cpu": "CPU_PYTHON", "rocm": "ROCM_PYTHON"}
+MISSING = "# MISSING "
+DIGEST_PREFIX = "# inputs sha256: "
+FETCH_TIMEOUT_S = 60
+#: Legacy manylinux names and the glibc they stand for.
+_LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+_ANCHOR = re.compile(r'<a\s[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', re.IGNORECASE)
+
+Fetch = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One exact requirement and the index that serves it."""
+
+    name: str
+    version: str
+    index: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass
+class Locked:
+    """A pin with the sha256 of every wheel of it that fits the flavor, or why there is none."""
+
+    pin: Pin
+    hashes: List[str]
+    missing: Optional[str] = None
+
+
+def lock_path(flavor: str, requirements_dir: Path = REQUIREMENTS_DIR) -> Path:
+    return requirements_dir / f"{flavor}.lock"
+
+
+def normalize(name: str) -> str:
+    """PEP 503 project name normalization."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pinned_lines(path: Path) -> List[Tuple[str, str]]:
+    pins = []
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not name.strip() or not version.strip():
+            raise UserError(f"{path}:{number}: expected NAME==VERSION, got {line!r}")
+        pins.append((name.strip(), version.strip()))
+    return pins
+
+
+def pins(
+    flavor: str,
+    stack: Optional[Mapping[str, str]] = None,
+    requirements_dir: Path = REQUIREMENTS_DIR,
+    index: str = PYPI_SIMPLE,
+) -> List[Pin]:
+    """Every package of ``flavor``'s image with its exact version and index (``index`` for all but ROCm torch)."""
+    stack = dict(stack if stack is not None else envfiles.stack())
+    if flavor == "cpu":
+        local, torch_index = "", index
+        extra = _pinned_lines(requirements_dir / "torch-cpu.txt")
+    elif flavor == "rocm":
+        local, torch_index = "+" + stack["TORCH_ROCM_LOCAL"], stack["TORCH_ROCM_INDEX"]
+        extra = []
+    else:
+        raise UserError(f"flavor must be cpu or rocm, not {flavor!r}")
+    result = [
+        Pin("pip", stack["PIP_VERSION"], index),
+        Pin("torch", stack["TORCH_VERSION"] + local, torch_index),
+        Pin("torchvision", stack["TORCHVISION_VERSION"] + local, torch_index),
+        Pin("ultralytics", stack["ULTRALYTICS_VERSION"], index),
+        Pin("numpy", stack["NUMPY_VERSION"], index),
+        Pin("opencv-python-headless", stack["OPENCV_VERSION"], index),
+    ]
+    result += [Pin(name, version, index) for name, version in extra + _pinned_lines(requirements_dir / "lock.txt")]
+    seen: Dict[str, Pin] = {}
+    for pin in result:
+        other = seen.setdefault(normalize(pin.name), pin)
+        if other.version != pin.version:
+            raise UserError(f"{pin.name} is pinned twice in env/: {other.version} and {pin.version}")
+    return list(seen.values())
+
+
+def inputs_digest(flavor: str, pinned: List[Pin], python: str) -> str:
+    """sha256 over what the lock was made from: flavor, Python, pins and their indexes."""
+    text = "\n".join([flavor, python, *(f"{p.requirement} {p.index}" for p in sorted(pinned, key=lambda p: normalize(p.name)))])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _glibc(platform: str) -> Optional[Tuple[int, int]]:
+    """The glibc an x86_64 Linux platform tag needs; None for any other platform."""
+    if platform == "linux_x86_64":
+        return (0, 0)
+    if platform.endswith("_x86_64") and platform[: -len("_x86_64")] in _LEGACY_MANYLINUX:
+        return _LEGACY_MANYLINUX[platform[: -len("_x86_64")]]
+    match = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", platform)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def fits(filename: str, name: str, version: str, python: str, glibc: Tuple[int, int]) -> bool:
+    """Whether wheel ``filename`` is ``name==version`` and installs on CPython ``python`` (e.g. "3.9") with ``glibc``."""
+    if not filename.endswith(".whl"):
+        return False
+    parts = filename[: -len(".whl")].split("-")
+    if len(parts) not in (5, 6):
+        return False
+    project, wheel_version, py_tags, abi_tags, platform_tags = parts[0], parts[1], parts[-3], parts[-2], parts[-1]
+    if normalize(project) != normalize(name) or wheel_version != version:
+        return False
+    major, minor = (int(x) for x in python.split(".")[:2])
+    cp = f"cp{major}{minor}"
+    pythons = set(py_tags.split("."))
+    abis = set(abi_tags.split("."))
+    stable_abi = "abi3" in abis and any(
+        t.startswith(f"cp{major}") and t[2:].isdigit() and int(t[3:] or 0) <= minor for t in pythons
+    )
+    python_ok = bool(pythons & {cp, f"py{major}", f"py{major}{minor}"}) or stable_abi
+    abi_ok = bool(abis & {"none", cp}) or stable_abi
+    platform_ok = any(tag == "any" or ((need := _glibc(tag)) is not None and need <= glibc) for tag in platform_tags.split("."))
+    return python_ok and abi_ok and platform_ok
+
+
+def index_hashes(page: str) -> Dict[str, str]:
+    """``{filename: sha256}`` of the links on a PEP 503 simple page that carry a sha256 fragment."""
+    files = {}
+    for href, text in _ANCHOR.findall(page):
+        _, _, fragment = html.unescape(href).partition("#")
+        if fragment.startswith("sha256="):
+            files[urllib.parse.unquote(html.unescape(text).strip())] = fragment[len("sha256=") :]
+    return files
+
+
+def fetch_url(url: str) -> str:
+    """GET a simple-index page (the system CA store; urllib honours https_proxy)."""
+    request = urllib.request.Request(url, headers={"Accept": "text/html"})
+    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:
+        return response.read().decode("utf-8", errors="replace")
+
+
+def resolve(flavor: str, pinned: List[Pin], python: str, fetch: Fetch = fetch_url) -> List[Locked]:
+    """The sha256 of each pin's fitting wheels; a pin without any is :class:`Locked` with ``missing`` set."""
+    pages: Dict[str, Dict[str, str]] = {}
+    errors: Dict[str, str] = {}
+    result = []
+    for pin in pinned:
+        url = f"{pin.index.rstrip('/')}/{normalize(pin.name)}/"
+        if url not in pages and url not in errors:
+            try:
+                pages[url] = index_hashes(fetch(url))
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                errors[url] = f"{url} unreachable ({getattr(exc, 'reason', exc)})"
+        if url in errors:
+            result.append(Locked(pin, [], errors[url]))
+            continue
+        hashes = sorted(h for f, h in pages[url].items() if fits(f, pin.name, pin.version, python, BASE_GLIBC[flavor]))
+        missing = None if hashes else f"no wheel of {pin.requirement} for CPython {python} x86_64 at {url}"
+        result.append(Locked(pin, hashes, missing))
+    return result
+
+
+def render(flavor: str, locked: List[Locked], digest: str, python: str) -> str:
+    """The lock file: pip requirements with ``--hash`` (install with --require-hashes --no-deps)."""
+    indexes = sorted({item.pin.index for item in locked} - {PYPI_SIMPLE})
+    lines = [
+        f"# Generated by `invoke lock --flavor {flavor}` (train/container/locks.py) from env/; do not edit.",
+        f"# Target: CPython {python}, x86_64, glibc {'.'.join(map(str, BASE_GLIBC[flavor]))}.",
+        f"# Install: pip install --require-hashes --no-deps -r {flavor}.lock",
+        f"{DIGEST_PREFIX}{digest}",
+        *(f"--extra-index-url {url}" for url in indexes),
+    ]
+    for item in sorted(locked, key=lambda item: normalize(item.pin.name)):
+        if item.missing:
+            lines.append(f"{MISSING}{item.pin.requirement}: {item.missing}")
+        else:
+            lines.append(" \\\n".join([item.pin.requirement, *(f"    --hash=sha256:{h}" for h in item.hashes)]))
+    return "\n".join(lines) + "\n"
+
+
+def lock(
+    flavor: str, requirements_dir: Path = REQUIREMENTS_DIR, fetch: Fetch = fetch_url, stack: Optional[Mapping[str, str]] = None
+) -> Path:
+    """Write ``<flavor>.lock``; raise (after writing it) when any pin's hashes are missing."""
+    stack = dict(stack if stack is not None else envfiles.stack())
+    python = stack[PYTHON_KEY[flavor]]
+    pinned = pins(flavor, stack, requirements_dir)
+    locked = resolve(flavor, pinned, python, fetch)
+    path = lock_path(flavor, requirements_dir)
+    write_text_atomic(path, render(flavor, locked, inputs_digest(flavor, pinned, python), python))
+    missing = [item for item in locked if item.missing]
+    if missing:
+        raise UserError(
+            f"{path}: {len(missing)} of {len(locked)} pins have no hash ({missing[0].missing}); the build refuses"
+            f" this lock: run `invoke lock --flavor {flavor}` on a machine that reaches the index"
+        )
+    return path
+
+
+def lock_digest(path: Path) -> str:
+    """sha256 of a lock file (the image label that ties an image to its lock)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check(flavor: str, requirements_dir: Path = REQUIREMENTS_DIR, stack: Optional[Mapping[str, str]] = None) -> Path:
+    """Refuse a lock that is absent, incomplete, has an unhashed line, or was made from other pins than env/'s."""
+    stack = dict(stack if stack is not None else envfiles.stack())
+    path = lock_path(flavor, requirements_dir)
+    fix = f"run `invoke lock --flavor {flavor}`"
+    if not path.is_file():
+        raise UserError(f"{path} not found: {fix}")
+    text = path.read_text()
+    if MISSING in text:
+        raise UserError(f"{path} lacks hashes ({text.split(MISSING, 1)[1].splitlines()[0]}): {fix} where the index is reachable")
+    python = stack[PYTHON_KEY[flavor]]
+    digest = inputs_digest(flavor, pins(flavor, stack, requirements_dir), python)
+    recorded = next((line[len(DIGEST_PREFIX) :] for line in text.splitlines() if line.startswith(DIGEST_PREFIX)), None)
+    if recorded != digest:
+        raise UserError(f"{path} was made from other pins than env/ has now: {fix}")
+    for requirement in text.replace("\\\n", " ").splitlines():
+        if requirement.strip() and not requirement.startswith(("#", "--")) and "--hash=sha256:" not in requirement:
+            raise UserError(f"{path}: {requirement.split()[0]} has no --hash: {fix}")
+    return path

@@ -1,0 +1,160 @@
+"""``invoke status``: where a run stands, from its run directory on the host.
+
+Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls),
+``heartbeat.json`` (epoch, batch, throughput) and Ultralytics' ``args.yaml``
+(epochs, batch size); the ETA counts training batches only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from train.container.errors import UserError
+
+LAST_CHECKPOINT = Path("train") / "weights" / "last.pt"
+
+
+@dataclass
+class Progress:
+    """Numbers derived from one run directory at one moment."""
+
+    state: Dict[str, Any]
+    beat: Dict[str, Any]
+    events: List[Dict[str, Any]]
+    epochs: Optional[int]
+    batch_size: Optional[int]
+    checkpoint_mtime: Optional[float]
+
+    @property
+    def batches_per_epoch(self) -> Optional[float]:
+        epoch, step, batch = self.beat.get("epoch"), self.beat.get("step"), self.beat.get("batch")
+        if not epoch or epoch < 2 or step is None or batch is None:
+            return None
+        return (step - batch) / (epoch - 1)
+
+    def eta_s(self) -> Optional[float]:
+        """Seconds of training left at the current throughput, when known."""
+        per_epoch, rate = self.batches_per_epoch, self.beat.get("imgs_per_s")
+        if per_epoch is None or not rate or not self.epochs or not self.batch_size:
+            return None
+        remaining = self.epochs * per_epoch - self.beat.get("step", 0)
+        return max(remaining, 0) * self.batch_size / rate
+
+    def count(self, event: str) -> int:
+        """Supervisor's own count (state.json ``restarts``, ...), else events.jsonl's."""
+        counted = self.state.get(event + "s")
+        if isinstance(counted, int):
+            return counted
+        return sum(1 for record in self.events if record.get("event") == event)
+
+
+def _json(path: Path) -> Dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _events(path: Path) -> List[Dict[str, Any]]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def read(run_dir: Path) -> Progress:
+    """Collect a run directory's files; a directory that is not a run is a UserError."""
+    if not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} not found: pass --run-dir or start a run with `invoke train`")
+    args: Dict[str, Any] = {}
+    try:
+        args = yaml.safe_load((run_dir / "train" / "args.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        pass
+    checkpoint = run_dir / LAST_CHECKPOINT
+    return Progress(
+        state=_json(run_dir / "state.json"),
+        beat=_json(run_dir / "heartbeat.json"),
+        events=_events(run_dir / "events.jsonl"),
+        epochs=args.get("epochs"),
+        batch_size=args.get("batch"),
+        checkpoint_mtime=checkpoint.stat().st_mtime if checkpoint.exists() else None,
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
+    """ISO date-time (``2026-11-21T07:00``) or ``HH:MM`` (the next such time)."""
+    try:
+        if len(text) <= 5 and ":" in text:
+            clock = datetime.datetime.strptime(text, "%H:%M").time()
+            moment = datetime.datetime.combine(now.date(), clock)
+            return moment if moment > now else moment + datetime.timedelta(days=1)
+        return datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"--deadline {text!r}: use HH:MM or YYYY-MM-DDTHH:MM") from None
+
+
+def render(
+    run_dir: Path,
+    progress: Progress,
+    health: Optional[str] = None,
+    deadline: Optional[datetime.datetime] = None,
+    now: Optional[float] = None,
+) -> List[str]:
+    """Human-readable status lines."""
+    now = time.time() if now is None else now
+    beat = progress.beat
+    lines = [f"run       {run_dir}"]
+    lines.append(
+        f"state     {progress.state.get('state', 'unknown')}"
+        + (f" (attempt {progress.state['attempt']})" if "attempt" in progress.state else "")
+    )
+    if beat:
+        epochs = f"/{progress.epochs}" if progress.epochs else ""
+        per_epoch = progress.batches_per_epoch
+        batches = f"/{per_epoch:.0f}" if per_epoch else ""
+        lines.append(
+            f"progress  epoch {beat.get('epoch', '?')}{epochs}, batch {beat.get('batch', '?')}{batches}, "
+            f"phase {beat.get('phase', '?')}, last beat {_duration(now - beat.get('ts', now))} ago"
+        )
+        if beat.get("imgs_per_s"):
+            lines.append(f"speed     {beat['imgs_per_s']} img/s")
+    else:
+        lines.append("progress  no heartbeat yet")
+    eta = progress.eta_s()
+    lines.append(f"eta       {_duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
+    lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
+    if health:
+        lines.append(f"health    {health}")
+    checkpoint = progress.checkpoint_mtime
+    lines.append(f"checkpoint {'last.pt ' + _duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
+    if deadline is not None:
+        if eta is None:
+            lines.append(f"deadline  {deadline:%Y-%m-%d %H:%M}: cannot tell yet (no ETA)")
+        else:
+            finish = datetime.datetime.fromtimestamp(now + eta)
+            margin = (deadline - finish).total_seconds()
+            verdict = f"makes it with {_duration(margin)} to spare" if margin >= 0 else f"late by {_duration(-margin)}"
+            lines.append(f"deadline  {deadline:%Y-%m-%d %H:%M}: expected finish {finish:%H:%M}, {verdict}")
+    return lines
