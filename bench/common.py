@@ -50,6 +50,11 @@ def summary(values: Sequence[float]) -> Dict[str, float]:
     }
 
 
+def span(stat: Dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
+    """A summary as ``median [min–max]`` for a markdown table."""
+    return f"{stat['median'] * scale:.{digits}f} [{stat['min'] * scale:.{digits}f}–{stat['max'] * scale:.{digits}f}]"
+
+
 def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:
     full = dict(os.environ, PYTHONPATH=str(REPO), **env)
     return subprocess.run(

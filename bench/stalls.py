@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
-from common import events, summary, train_cli, write_results
+from common import events, span, summary, train_cli, write_results
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
 BACKOFF_S = 0.5
@@ -69,9 +69,8 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
     }
 
 
-def _cell(row: Dict[str, Any], metric: str, scale: float = 1.0) -> str:
-    m = row[metric]
-    return f"{m['median'] * scale:.2f} [{m['min'] * scale:.2f}–{m['max'] * scale:.2f}]"
+def _cell_of(row: Dict[str, Any], metric: str, scale: float = 1.0) -> str:
+    return span(row[metric], scale)
 
 
 def main() -> int:
@@ -96,7 +95,7 @@ def main() -> int:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for kind, row in table.items():
-        cell = functools.partial(_cell, row)
+        cell = functools.partial(_cell_of, row)
         lines.append(
             f"| {kind} | {cell('detect_late_s')} | {cell('incident_s')} | {cell('incident_bytes', 1 / 1024)} | "
             f"{cell('kill_s')} | {cell('stall_to_kill_s')} | {cell('kill_to_first_beat_s')} |"

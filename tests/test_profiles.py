@@ -13,7 +13,9 @@ from train.supervisor import Outcome
 
 
 def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
-    assert profiles.available() == ["balanced", "fast", "safe", "safe-native"]
+    assert profiles.available() == ["balanced", "fast", "fast-compile", "safe", "safe-native"]
+    compiled = profiles.fallback_chain(profiles.load("fast-compile"))
+    assert [p.compile for p in compiled] == [True, False, False, False, False], "a fallback rung without compile"
     chain = profiles.fallback_chain(profiles.load("fast"))
     assert [p.name for p in chain] == ["fast", "balanced", "safe", "safe-native"]
     assert profiles.load("safe-native").conv_backend == "native"
@@ -85,7 +87,7 @@ def test_fallback_loop_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_profile_lists_the_choices() -> None:
-    with pytest.raises(profiles.ProfileError, match="unknown profile 'turbo': choose one of balanced, fast, safe, safe-native"):
+    with pytest.raises(profiles.ProfileError, match="unknown profile 'turbo': choose one of balanced, fast, fast-compile, safe, safe-native"):
         profiles.load("turbo")
 
 

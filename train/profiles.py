@@ -42,6 +42,12 @@ class Profile(BaseModel):
         description="miopen: the vendor library (MIOpen on ROCm, cuDNN on CUDA); native: PyTorch's own kernels, "
         "no kernel compilation at start (torch.backends.cudnn.enabled = False)",
     )
+    midepoch_checkpoint_s: float = Field(
+        default=300.0, ge=0, description="write a mid-epoch checkpoint after this many seconds (0: never)"
+    )
+    midepoch_checkpoint_batches: int = Field(
+        default=0, ge=0, description="... or after this many batches, whichever comes first (0: never)"
+    )
     startup_timeout: float = Field(gt=0, description="seconds until the first beat and for the first batch")
     stall_timeout: float = Field(gt=0, description="seconds allowed between beats")
     val_timeout: float = Field(gt=0, description="seconds a validation pass may stay silent")

@@ -17,51 +17,27 @@ Ultralytics' do, so the discarded loader never started any.
   handler (spawn-started workers inherit no signal handler), the network
   guard, and the ``worker`` fault site inside ``__getitem__``.
 
-Fault site ``worker`` (in the worker process, inside the dataset's
-``__getitem__``, once per sample; the worker's copy of the dataset gets a
-subclass that adds the site), context keys:
-
-* ``epoch``, ``batch``: the epoch (1-based) and the batch within it (1-based)
-  the sample is fetched for. Workers prefetch, so a worker fetches for epoch
-  2 while the trainer still runs epoch 1; the trainer blocks on that sample
-  once it reaches it;
-* ``train``: 1 in train loader workers, 0 in validation loader workers;
-* ``worker``: the worker id (0-based) within its loader;
-* ``sample``: samples this worker process has fetched so far (1-based);
-* ``attempt``: from ``TRAIN_ATTEMPT``, as at every site.
+Fault site ``worker``: in training loaders it is ``SeededSamples``' (see
+``train.yolo.position``); in validation loaders' worker processes, inside
+the dataset's ``__getitem__`` (the worker's copy of the dataset gets a
+subclass that adds the site), with context keys ``epoch``, ``batch`` (1-based,
+the pass it is fetched for), ``train`` (0), ``worker`` (id) and ``sample``
+(samples this worker has fetched, 1-based).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from torch.utils.data import DataLoader, Sampler, get_worker_info
+from torch.utils.data import DataLoader, RandomSampler, Sampler, get_worker_info
 from ultralytics.data.build import InfiniteDataLoader
 from ultralytics.utils import LOGGER
 
 from train import faults, heartbeat
 from train.yolo import offline
-
-
-class TaggedIndex(int):
-    """A dataset index that also carries the epoch (1-based) and batch (1-based) it is fetched for.
-
-    The sampler runs in the training process, which knows both; the worker
-    that fetches the sample cannot. An ``int`` to everything else.
-    """
-
-    epoch: int
-    batch: int
-
-    def __new__(cls, value: int, epoch: int, batch: int) -> TaggedIndex:
-        index = super().__new__(cls, value)
-        index.epoch, index.batch = epoch, batch
-        return index
-
-    def __reduce__(self) -> Tuple[Any, Tuple[int, int, int]]:
-        return TaggedIndex, (int(self), self.epoch, self.batch)
+from train.yolo.position import Position, PositionedBatchSampler, SeededSamples, TaggedIndex
 
 
 class EpochTaggedRepeatSampler:
@@ -132,7 +108,7 @@ class WorkerInit:
         if self.network_log is not None:
             offline.install_network_guard(self.network_log)
         info = get_worker_info()
-        if info is not None and type(info.dataset) not in _fault_classes.values():
+        if info is not None and not isinstance(info.dataset, SeededSamples) and type(info.dataset) not in _fault_classes.values():
             dataset: Any = info.dataset
             dataset.__class__ = with_fault_point(type(dataset))  # this worker's copy only
             dataset.trainbox_worker, dataset.trainbox_train = worker_id, self.train
@@ -141,7 +117,13 @@ class WorkerInit:
 class ProfileDataLoader(InfiniteDataLoader):
     """Ultralytics' infinite loader, with the start method, persistence and prefetch of a profile."""
 
-    def __init__(self, *args: Any, prefetch_factor: Optional[int] = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        prefetch_factor: Optional[int] = None,
+        positioned: Optional[PositionedBatchSampler] = None,
+        **kwargs: Any,
+    ) -> None:
         workers = kwargs.get("num_workers", 0)
         if workers == 0:
             kwargs.pop("multiprocessing_context", None)
@@ -150,16 +132,33 @@ class ProfileDataLoader(InfiniteDataLoader):
         if workers and prefetch_factor:
             self.prefetch_factor = prefetch_factor
         repeat: Any = self.batch_sampler  # Ultralytics' _RepeatSampler around the epoch's batch sampler
+        self.positioned = positioned
         self.tagger = EpochTaggedRepeatSampler(repeat.sampler)
-        object.__setattr__(self, "batch_sampler", self.tagger)
+        object.__setattr__(self, "batch_sampler", positioned or self.tagger)
+        self.next_position = Position(0, 0)
+
+    def __len__(self) -> int:
+        """Batches in a full epoch."""
+        return len(self.positioned) if self.positioned is not None else super().__len__()
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch (1-based) that the next pass over the data belongs to."""
         if self.iterator is None:
             self.tagger.first_epoch = epoch
 
+    def start_at(self, position: Position) -> None:
+        """Where the next pass begins: a fresh iteration starts there; a running one is already in order."""
+        self.next_position = position
+
     def __iter__(self) -> Any:
-        yield from super().__iter__()
+        if self.positioned is None:
+            yield from super().__iter__()
+        else:
+            if self.iterator is None:
+                self.positioned.seek(self.next_position)
+                self.iterator = self._get_iterator()
+            for _ in range(len(self) - self.next_position.batch):
+                yield next(self.iterator)
         if not self.persistent_workers:
             self.close()
             self.iterator = None
@@ -195,23 +194,31 @@ def rebuild(
     prefetch_factor: Optional[int],
     network_log: Optional[Path],
     train: bool,
+    seed: int = 0,
 ) -> ProfileDataLoader:
     """A ProfileDataLoader over the same dataset, sampler and collate function as ``base``.
 
     ``workers`` is capped at the number of batches (more processes than batches never help).
+    A training loader gets the positioned sampler and per-sample seeds of
+    ``train.yolo.position`` (mid-epoch resume; same order for any worker count).
     """
     batches = len(base)  # Ultralytics' loaders count batches
     options: Dict[str, Any] = {}
     if getattr(base, "pin_memory_device", ""):
         options["pin_memory_device"] = base.pin_memory_device
+    if train:
+        shuffle = isinstance(base.sampler, RandomSampler)
+        positioned = PositionedBatchSampler(len(base.dataset), base.batch_size, seed, shuffle, base.drop_last)
+        options.update(dataset=SeededSamples(base.dataset, seed), positioned=positioned)
+    else:
+        options.update(dataset=base.dataset)
     return ProfileDataLoader(
-        dataset=base.dataset,
         batch_size=base.batch_size,
         sampler=base.sampler,
+        drop_last=base.drop_last,
         num_workers=min(workers, batches),
         collate_fn=base.collate_fn,
         pin_memory=base.pin_memory,
-        drop_last=base.drop_last,
         generator=base.generator,
         worker_init_fn=WorkerInit(base.worker_init_fn, network_log, train),
         multiprocessing_context=multiprocessing_context,

@@ -11,7 +11,9 @@ Layout: Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
 ``RUN_DIR/network.log``.
 
 Each attempt decides from ``RUN_DIR/train/weights/last.pt``: absent, train
-from scratch; resumable, Ultralytics resume (per epoch); every epoch trained
+from scratch; resumable, Ultralytics resume (per epoch) — or, when
+``weights/midepoch.pt`` continues past it, an exact continuation inside the
+epoch (``train.yolo.midepoch``); every epoch trained
 but not finalised (a kill between the last save and the final strip), strip
 and finish; already stripped, the run is complete. Exit status: 0 when the
 run is complete, 2 for bad arguments, a bad profile or an unusable
@@ -76,7 +78,7 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
     settings = from_profile(profile, overrides, startup_timeout, network_log)
     weights = run_dir / "train" / "weights"
     last = weights / "last.pt"
-    state, _ = checkpoint.resume_state(last)
+    state, ckpt = checkpoint.resume_state(last)
     # First beat only now: an unusable checkpoint ends the attempt before it, as a configuration error.
     heartbeat.beat("setup", timeout=settings.startup_timeout, force=True)
     if state is checkpoint.Resume.FINISHED:
@@ -87,6 +89,10 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
             checkpoint.strip_atomic(weights / "best.pt", updates={"train_results": stripped.get("train_results")})
         return f"run complete: every epoch was trained; finalised {last}"
 
+    from train.yolo import midepoch
+
+    last_epoch = ckpt["epoch"] if state is checkpoint.Resume.RESUME else None
+    resume_from = midepoch.newer_than_last(weights, last_epoch) or (last if state is checkpoint.Resume.RESUME else None)
     args = {key: value for key, value in overrides.items() if key not in PROFILE_KEYS}
     model = args.pop("model", DEFAULT_MODEL)
     args.update(
@@ -97,11 +103,11 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
         val=settings.val,
         amp=settings.amp,
         compile=settings.compile,
-        resume=str(last) if state is checkpoint.Resume.RESUME else False,
+        resume=str(resume_from) if resume_from else False,
     )
     trainer = functools.partial(ProfiledDetectionTrainer, settings=settings)
     YOLO(model).train(trainer=trainer, **args)
-    verb = "resumed and completed" if state is checkpoint.Resume.RESUME else "completed"
+    verb = f"resumed from {resume_from.name} and completed" if resume_from else "completed"
     return f"run {verb}: checkpoints in {weights}"
 
 

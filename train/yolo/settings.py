@@ -24,6 +24,8 @@ class RunSettings:
     startup_timeout: float
     val_timeout: float
     save_timeout: float
+    midepoch_checkpoint_s: float = 0.0
+    midepoch_checkpoint_batches: int = 0
     network_log: Optional[Path] = None
 
 
@@ -45,5 +47,7 @@ def from_profile(
         startup_timeout=startup_timeout,
         val_timeout=profile.val_timeout,
         save_timeout=profile.save_timeout,
+        midepoch_checkpoint_s=profile.midepoch_checkpoint_s,
+        midepoch_checkpoint_batches=profile.midepoch_checkpoint_batches,
         network_log=network_log,
     )

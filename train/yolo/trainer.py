@@ -12,9 +12,11 @@ every validation start, since a stand-alone validator resets them), and the
 DataLoader options via ``get_dataloader``. Nothing in torch or Ultralytics is patched.
 
 The subclass also beats (``beats.TrainingBeats``), fires the ``val_end``
-fault site (right after each in-training validation, context ``epoch``), and
+fault site (right after each in-training validation, context ``epoch``),
 writes every checkpoint atomically (``checkpoint``), including the final
-``strip_optimizer`` writes. Single device only (no DDP).
+``strip_optimizer`` writes, and writes and continues from mid-epoch
+checkpoints (``midepoch``: ``preprocess_batch`` and ``optimizer_step`` are its
+hooks into Ultralytics' loop). Single device only (no DDP).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import LOGGER
 
 from train import faults
-from train.yolo import checkpoint, loader
+from train.yolo import checkpoint, loader, midepoch
 from train.yolo.beats import TrainingBeats
 from train.yolo.settings import RunSettings
 
@@ -64,11 +66,13 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         apply_cpu_threads(settings.cpu_threads)
         self.beats = TrainingBeats(settings.startup_timeout, settings.val_timeout, settings.save_timeout)
         self.beats.attach(self)
-        self.add_callback("on_train_epoch_start", self._tag_epoch)
+        cadence = midepoch.Cadence(settings.midepoch_checkpoint_s, settings.midepoch_checkpoint_batches)
+        self.midepoch = midepoch.MidEpoch(cadence)
+        self.add_callback("on_train_start", self.midepoch.on_train_start)
+        self.add_callback("on_train_epoch_start", self.midepoch.on_train_epoch_start)
+        self.add_callback("on_train_batch_end", self.midepoch.on_train_batch_end)
+        self.add_callback("on_train_end", self.midepoch.on_train_end)
         self.add_callback("on_val_start", self._before_validation)
-
-    def _tag_epoch(self, _trainer: Any) -> None:
-        self.train_loader.set_epoch(self.epoch + 1)
 
     def _before_validation(self, validator: Any) -> None:
         apply_cpu_threads(self.settings.cpu_threads)
@@ -88,9 +92,21 @@ class ProfiledDetectionTrainer(DetectionTrainer):
             self.args.save_dir = str(Path(overrides["project"]) / overrides["name"])
 
     def resume_training(self, ckpt: Optional[Dict[str, Any]]) -> None:
-        super().resume_training(ckpt)
+        """Ultralytics' resume from an epoch-end checkpoint; an exact continuation from a mid-epoch one."""
+        if self.resume and ckpt is not None and midepoch.position_of(ckpt) is not None:
+            self.midepoch.restore(self, ckpt)
+        else:
+            super().resume_training(ckpt)
         if self.resume and ckpt is not None:
             checkpoint.trim_results(self.csv, self.start_epoch)
+
+    def preprocess_batch(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        self.midepoch.before_batch(self, batch)
+        return super().preprocess_batch(batch)
+
+    def optimizer_step(self) -> None:
+        super().optimizer_step()
+        self.midepoch.after_optimizer_step()
 
     def get_dataloader(
         self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"
@@ -104,6 +120,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
             prefetch_factor=self.settings.prefetch_factor,
             network_log=self.settings.network_log,
             train=mode == "train",
+            seed=self.args.seed,
         )
 
     def validate(self) -> Tuple[Any, Any]:
@@ -123,6 +140,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         finally:
             self.wdir, self.last, self.best = weights, last, best
         checkpoint.publish(staging, weights, epoch=self.epoch + 1)
+        midepoch.discard(weights)  # superseded by the epoch-end last.pt
         self.beats.saved()
         return saved
 

@@ -1,0 +1,141 @@
+"""Mid-epoch checkpoints: a run killed inside an epoch continues with the very next unseen batch.
+
+Every run trains yolov8n.yaml for real on CPU (64 demo images of 64 px, batch
+8: 8 batches an epoch, 2 epochs, the first one all warm-up) and records, via
+``TRAIN_SAMPLE_LOG``, each sample it loads and each batch it trains.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+from tests.supervised import REPO, Finished, survivors, train_cli
+from tests.yolo.conftest import load_checkpoint
+from train.demo_data import write_demo_dataset
+
+ARGS = ("epochs=2", "imgsz=64", "batch=8", "nbs=16", "mosaic=0.0", "plots=False", "device=cpu")
+MID = "midepoch_checkpoint_batches: 2\n"
+PROFILES = {
+    "mid": "safe.yaml",
+    "four": "fast.yaml",
+    "zero": "safe.yaml",
+}
+EXTRA = {
+    "mid": MID + "startup_fallback: null\n",
+    "four": MID + "fallback: zero\n",
+    "zero": MID + "startup_fallback: null\n",
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_dataset(tmp_path_factory.mktemp("mid-data"), train=64, val=8, imgsz=64)
+
+
+@pytest.fixture(scope="module")
+def profiles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("profiles")
+    for name, base in PROFILES.items():
+        text = (REPO / "env" / "profiles" / base).read_text()
+        kept = [line for line in text.splitlines() if not line.startswith(("fallback:", "startup_fallback:"))]
+        (directory / f"{name}.yaml").write_text("\n".join(kept) + "\n" + EXTRA[name])
+    shutil.copy(REPO / "env" / "profiles" / "safe-native.yaml", directory)
+    return directory
+
+
+def run(run_dir: Path, profile: str, profiles_dir: Path, data: Path, fault: str = "") -> Finished:
+    args = [
+        "run", "--profile", profile, "--profiles-dir", str(profiles_dir), "--run-dir", str(run_dir),
+        "--stall-timeout", "15", "--startup-timeout", "180", "--backoff", "0.2", f"data={data}", *ARGS,
+    ]  # fmt: skip
+    env = {"TRAIN_FAULT": fault, "TRAIN_SAMPLE_LOG": str(run_dir / "samples.log")}
+    done = train_cli(args, run_dir=run_dir, env=env, timeout=600)
+    assert done.code == 0, (done.stdout + done.stderr)[-4000:]
+    assert survivors(run_dir) == []
+    return done
+
+
+Entry = Tuple[str, int, int, int, List[str]]
+
+
+def log(done: Finished) -> List[Entry]:
+    """(kind, epoch, batch-or-index, attempt, files) per line of the sample log."""
+    entries = []
+    for line in (done.run_dir / "samples.log").read_text().splitlines():
+        kind, epoch, number, attempt, *files = line.split()
+        entries.append((kind, int(epoch), int(number), int(attempt), files))
+    return entries
+
+
+def trained(done: Finished) -> Dict[Tuple[int, int], List[str]]:
+    """Which images each (epoch, batch) trained on; a batch trained again after a restart replaces the first."""
+    return {(e, b): files for kind, e, b, _, files in log(done) if kind == "train"}
+
+
+def first_resumed_batch(done: Finished, attempt: int) -> Tuple[int, int]:
+    return next((e, b) for kind, e, b, a, _ in log(done) if kind == "train" and a == attempt)
+
+
+def loaded(done: Finished, attempt: int, epoch: int) -> Set[str]:
+    return {files[0] for kind, e, _, a, files in log(done) if kind == "load" and a == attempt and e == epoch}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, profiles_dir: Path, data: Path) -> Finished:
+    return run(tmp_path_factory.mktemp("whole") / "run", "mid", profiles_dir, data)
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory, profiles_dir: Path, data: Path) -> Finished:
+    fault = "sigkill@train_batch,attempt=0,epoch=1,batch=7"
+    return run(tmp_path_factory.mktemp("killed") / "run", "mid", profiles_dir, data, fault)
+
+
+def test_resumed_run_sees_the_same_samples_in_the_same_order(uninterrupted: Finished, killed: Finished) -> None:
+    whole = trained(uninterrupted)
+    assert sorted(whole) == [(e, b) for e in range(2) for b in range(8)]
+    assert trained(killed) == whole
+    assert killed.kinds() == ["start", "crash", "restart", "start", "exit"]
+    epoch, batch = first_resumed_batch(killed, attempt=1)
+    assert epoch == 0 and 2 <= batch <= 6, "continued inside the first epoch from its last mid-epoch checkpoint"
+    skipped = {f for (e, b), files in whole.items() if e == 0 and b < batch for f in files}
+    assert not skipped & loaded(killed, attempt=1, epoch=0), "batches already trained are never loaded again"
+    assert not (killed.run_dir / "train" / "weights" / "midepoch.pt").exists(), "removed once its epoch ended"
+
+
+def test_resumed_run_ends_with_the_same_weights(uninterrupted: Finished, killed: Finished) -> None:
+    import torch
+
+    whole = load_checkpoint(uninterrupted.run_dir / "train" / "weights" / "last.pt")["model"].float().state_dict()
+    resumed = load_checkpoint(killed.run_dir / "train" / "weights" / "last.pt")["model"].float().state_dict()
+    assert whole.keys() == resumed.keys()
+    worst = max((whole[k] - resumed[k]).abs().max().item() for k in whole if whole[k].is_floating_point())
+    assert worst <= 1e-3, f"largest weight difference {worst}"
+    assert any(not torch.equal(whole[k], torch.zeros_like(whole[k])) for k in whole)
+
+
+def test_kill_during_a_midepoch_write_keeps_the_previous_checkpoint(tmp_path: Path, profiles_dir: Path, data: Path) -> None:
+    done = run(tmp_path / "run", "mid", profiles_dir, data, "sigkill@midsave,attempt=0,epoch=1,batch>=4")
+    (crash,) = done.of("crash")
+    assert crash["last_beat"]["phase"] == "save"
+    epoch, batch = first_resumed_batch(done, attempt=1)
+    assert epoch == 0 and 1 <= batch < 4, "resumed from the checkpoint written before the killed one"
+    weights = done.run_dir / "train" / "weights"
+    assert not list(weights.glob(".midepoch.pt.*")), "the torn temporary file was cleaned up"
+
+
+def test_resume_after_fallback_from_four_workers_to_none(
+    tmp_path: Path, profiles_dir: Path, data: Path, uninterrupted: Finished
+) -> None:
+    done = run(tmp_path / "run", "four", profiles_dir, data, "sleep@train_batch,attempt=0,epoch=1,batch=7")
+    assert [(s["attempt"], s["profile"]) for s in done.of("start")] == [(0, "four"), (1, "zero")]
+    output = done.stdout + done.stderr
+    assert "Using 4 dataloader workers" in output and "Using 0 dataloader workers" in output
+    epoch, batch = first_resumed_batch(done, attempt=1)
+    assert epoch == 0 and batch >= 2
+    assert trained(done) == trained(uninterrupted), "the same order with 4 workers, then none"
+
