@@ -38,6 +38,18 @@ class Finished:
         return "\n".join(p.read_text() for p in sorted(directory.glob("*.txt")))
 
 
+def cli_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    full_env = dict(os.environ, PYTHONPATH=str(REPO))
+    full_env.pop("TRAIN_FAULT", None)
+    full_env.update(env or {})
+    return full_env
+
+
+def start_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    """Start ``python -m train ARGS`` in the background (the test signals or waits for it)."""
+    return subprocess.Popen([sys.executable, "-m", "train", *args], env=cli_env(env), cwd=REPO)
+
+
 def train_cli(
     args: Sequence[str],
     run_dir: Optional[Path] = None,
@@ -45,14 +57,11 @@ def train_cli(
     timeout: float = 600,
 ) -> Finished:
     """Run ``python -m train ARGS`` to completion."""
-    full_env = dict(os.environ, PYTHONPATH=str(REPO))
-    full_env.pop("TRAIN_FAULT", None)
-    full_env.update(env or {})
     done = subprocess.run(
         [sys.executable, "-m", "train", *args],
         capture_output=True,
         text=True,
-        env=full_env,
+        env=cli_env(env),
         timeout=timeout,
         cwd=REPO,
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Dict, Optional
 import psutil
 import pytest
 
-from tests.supervised import REPO, Finished, faulty_child, survivors, train_cli
+from tests.supervised import Finished, faulty_child, start_cli, survivors, train_cli
 
 FAST = ["--startup-timeout", "10", "--stall-timeout", "2", "--grace", "1", "--backoff", "0.1", "--quiet"]
 
@@ -182,29 +181,9 @@ def test_learned_budget_tightens_detection(tmp_path: Path) -> None:
 
 
 def test_sigterm_to_the_supervisor_stops_the_whole_tree(tmp_path: Path) -> None:
-    env = dict(__import__("os").environ, PYTHONPATH=str(REPO), TRAIN_FAULT="setsid@step,step=2")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "train",
-            "supervise",
-            "--run-dir",
-            str(tmp_path),
-            *FAST[:2],
-            "--stall-timeout",
-            "60",
-            "--grace",
-            "1",
-            "--quiet",
-            "--",
-            *faulty_child(),
-        ],
-        env=env,
-        cwd=REPO,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    options = [*FAST[:2], "--stall-timeout", "60", "--grace", "1", "--quiet"]
+    args = ["supervise", "--run-dir", str(tmp_path), *options, "--", *faulty_child()]
+    proc = start_cli(args, {"TRAIN_FAULT": "setsid@step,step=2"})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and len(survivors(tmp_path)) < 2:
         time.sleep(0.1)
@@ -218,22 +197,8 @@ def test_sigterm_to_the_supervisor_stops_the_whole_tree(tmp_path: Path) -> None:
 
 
 def test_health_follows_the_run(tmp_path: Path) -> None:
-    env = dict(__import__("os").environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "train",
-            "supervise",
-            "--run-dir",
-            str(tmp_path),
-            *FAST,
-            "--",
-            *faulty_child("--steps", "100", "--interval", "0.05"),
-        ],
-        env=env,
-        cwd=REPO,
-    )
+    child = faulty_child("--steps", "100", "--interval", "0.05")
+    proc = start_cli(["supervise", "--run-dir", str(tmp_path), *FAST, "--", *child])
     try:
         deadline = time.monotonic() + 30
         health = train_cli(["health", "--run-dir", str(tmp_path)], tmp_path)

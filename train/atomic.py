@@ -11,13 +11,14 @@ from typing import IO, Iterator, Union
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def fsync_dir(directory: PathLike) -> None:
-    """Persist a rename: fsync the directory that holds the entry."""
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: PathLike) -> None:
+    """fsync a file or, to persist a rename, the directory that holds the entry."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
 
 
 @contextlib.contextmanager
@@ -38,7 +39,7 @@ def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True) -> Itera
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
         if fsync:
-            fsync_dir(target.parent)
+            fsync_path(target.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

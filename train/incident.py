@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import psutil
 
 from train import heartbeat, proctree
-from train.atomic import fsync_dir
+from train.atomic import fsync_path
 from train.gpu_state import gpu_state
 
 PY_SPY_TIMEOUT_S = 20.0
@@ -188,5 +188,5 @@ def write_incident(
     (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
-    fsync_dir(directory.parent)
+    fsync_path(directory.parent)
     return summary

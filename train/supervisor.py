@@ -21,7 +21,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
 from train import heartbeat, incident, proctree
 from train.atomic import write_text_atomic
-from train.budgets import BudgetPolicy
+from train.budgets import Budget, BudgetPolicy
 from train.events import EventLog
 
 EXIT_OK = 0
@@ -181,6 +181,18 @@ class OutputTee:
         self._log.close()
 
 
+@dataclass
+class Running:
+    """One attempt in flight: what it was launched with and the handles to watch and end it."""
+
+    attempt: int
+    launch: Launch
+    policy: BudgetPolicy
+    proc: subprocess.Popen[bytes]
+    tree: proctree.ProcessTree
+    tee: OutputTee
+
+
 def _say(message: str) -> None:
     sys.stderr.write(f"trainbox: {message}\n")
     sys.stderr.flush()
@@ -328,7 +340,7 @@ class Supervisor:
         self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
         outcome = Outcome("exited")
         try:
-            outcome = self._watch(attempt, launch, policy, proc, tree, tee)
+            outcome = self._watch(Running(attempt, launch, policy, proc, tree, tee))
             return outcome
         finally:
             if tree.alive():
@@ -351,16 +363,9 @@ class Supervisor:
                 )
                 _say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
 
-    def _watch(
-        self,
-        attempt: int,
-        launch: Launch,
-        policy: BudgetPolicy,
-        proc: subprocess.Popen[bytes],
-        tree: proctree.ProcessTree,
-        tee: OutputTee,
-    ) -> Outcome:
+    def _watch(self, run: Running) -> Outcome:
         outcome = Outcome("exited")
+        tree, policy = run.tree, run.policy
         hb_path = self.run_dir / HEARTBEAT_FILE
         last_key: Optional[str] = None
         last_progress = time.monotonic()
@@ -371,7 +376,7 @@ class Supervisor:
                 tree.terminate(self.spec.grace_s)
                 outcome.kind = "stopped"
                 return outcome
-            code = proc.poll()
+            code = run.proc.poll()
             now = time.monotonic()
             record = heartbeat.read(hb_path)
             key = heartbeat.progress_key(record)
@@ -393,7 +398,7 @@ class Supervisor:
             budget = policy.current(outcome.last_beat)
             silent = now - last_progress
             if silent > budget.seconds:
-                return self._stalled(attempt, launch, policy, proc, tree, tee, outcome, budget.name, budget.seconds, silent)
+                return self._stalled(run, outcome, budget, silent)
             tree.scan()
             self._publish(
                 budget={"name": budget.name, "seconds": budget.seconds},
@@ -404,19 +409,9 @@ class Supervisor:
             )
             time.sleep(min(self.spec.poll_s, max(0.05, budget.seconds / 20)))
 
-    def _stalled(
-        self,
-        attempt: int,
-        launch: Launch,
-        policy: BudgetPolicy,
-        proc: subprocess.Popen[bytes],
-        tree: proctree.ProcessTree,
-        tee: OutputTee,
-        outcome: Outcome,
-        budget_name: str,
-        budget_s: float,
-        silent_s: float,
-    ) -> Outcome:
+    def _stalled(self, run: Running, outcome: Outcome, budget: Budget, silent_s: float) -> Outcome:
+        attempt, launch = run.attempt, run.launch
+        budget_name, budget_s = budget.name, budget.seconds
         self._set_state(State.STALLED)
         self._status["stalls"] += 1
         phase = (outcome.last_beat or {}).get("phase")
@@ -429,7 +424,7 @@ class Supervisor:
         where = self.run_dir / "incidents" / str(attempt)
         summary = incident.write_incident(
             where,
-            tree=tree,
+            tree=run.tree,
             reason={
                 "attempt": attempt,
                 "profile": launch.profile,
@@ -439,12 +434,12 @@ class Supervisor:
                 "phase": phase,
             },
             last_beat=outcome.last_beat,
-            output_tail=tee.tail(),
+            output_tail=run.tee.tail(),
             stacks_dir=heartbeat.stacks_dir_for(self.run_dir),
         )
         diagnosed = time.monotonic()
-        result = tree.terminate(self.spec.grace_s)
-        proc.wait()
+        result = run.tree.terminate(self.spec.grace_s)
+        run.proc.wait()
         killed = time.monotonic()
         self.events.emit(
             "stall",
@@ -460,7 +455,7 @@ class Supervisor:
             killed_ts=round(time.time(), 3),
             sigkilled=result["killed"],
             survivors=result["survivors"],
-            learned=policy.learned(),
+            learned=run.policy.learned(),
             beats=outcome.beats,
             first_beat_ts=outcome.first_beat_ts,
             first_step_ts=outcome.first_step_ts,

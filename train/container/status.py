@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 
 from train.container.errors import UserError
+from train.events import read_events
 
 LAST_CHECKPOINT = Path("train") / "weights" / "last.pt"
 
@@ -63,20 +64,6 @@ def _json(path: Path) -> Dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _events(path: Path) -> List[Dict[str, Any]]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
-
-
 def read(run_dir: Path) -> Progress:
     """Collect a run directory's files; a directory that is not a run is a UserError."""
     if not run_dir.is_dir():
@@ -90,7 +77,7 @@ def read(run_dir: Path) -> Progress:
     return Progress(
         state=_json(run_dir / "state.json"),
         beat=_json(run_dir / "heartbeat.json"),
-        events=_events(run_dir / "events.jsonl"),
+        events=read_events(run_dir / "events.jsonl"),
         epochs=args.get("epochs"),
         batch_size=args.get("batch"),
         checkpoint_mtime=checkpoint.stat().st_mtime if checkpoint.exists() else None,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from train import faults
-from train.atomic import fsync_dir, write_text_atomic
+from train.atomic import fsync_path, write_text_atomic
 
 STAGING_DIR = ".staging"
 
@@ -84,23 +84,15 @@ def staging_dir(weights: Path) -> Path:
     return staging
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(staging: Path, weights: Path, epoch: int) -> None:
     """Move every staged checkpoint over its target, ``last.pt`` first, each fsynced before its rename."""
     staged = sorted(staging.glob("*.pt"), key=lambda p: (p.name != "last.pt", p.name != "best.pt", p.name))
     for index, path in enumerate(staged):
         if index == 0:
             faults.point("save", epoch=epoch)
-        _fsync_file(path)
+        fsync_path(path)
         os.replace(path, weights / path.name)
-    fsync_dir(weights)
+    fsync_path(weights)
     shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -112,9 +104,9 @@ def strip_atomic(path: Path, updates: Optional[Dict[str, Any]] = None) -> Dict[s
     try:
         stripped = strip_optimizer(path, s=str(tmp), updates=updates)
         if stripped:
-            _fsync_file(tmp)
+            fsync_path(tmp)
             os.replace(tmp, path)
-            fsync_dir(path.parent)
+            fsync_path(path.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
