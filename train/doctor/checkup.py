@@ -24,11 +24,13 @@ def host_checks(
     stack: Mapping[str, str],
     configured_override: Optional[str],
     image_tag: Optional[str] = None,
+    min_free: Optional[int] = None,
 ) -> List[Check]:
     """Driver, devices and groups, GPU arch/override/kdb, shared memory, then Docker, disk and image.
 
     ``image_tag``: check the Docker Engine, its free disk and this image;
-    None checks free disk at ``root`` and leaves Docker out.
+    None checks free disk at ``root`` and leaves Docker out. ``min_free``:
+    bytes of free disk to require (default: what the flavor's build needs).
     """
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}, not {flavor!r}")
@@ -40,15 +42,15 @@ def host_checks(
     checks.extend(kfd.check_topology(root, configured_override, kfd.image_kdbs(stack)))
     checks.append(host.check_shm(root / "dev/shm"))
     if image_tag is None:
-        checks.append(host.check_disk(root, flavor))
+        checks.append(host.check_disk(root, flavor, min_free))
         return checks
     client, reachable = host.docker_client()
     checks.append(reachable)
     if client is None:
-        checks.append(host.check_disk(root, flavor))
+        checks.append(host.check_disk(root, flavor, min_free))
         return checks
     try:
-        checks.append(host.check_disk(host.docker_root(client), flavor))
+        checks.append(host.check_disk(host.docker_root(client), flavor, min_free))
         checks.append(host.check_image(client, image_tag, flavor, stack))
     finally:
         client.close()

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to inspect (a recorded host tree)")
     parser.add_argument("--no-docker", action="store_true", help="leave out the Docker Engine and image checks")
     parser.add_argument("--no-env", action="store_true", help="do not write .env for compose")
+    parser.add_argument(
+        "--min-free-gib", type=float, default=None, help="free disk to require (default: what building the image needs)"
+    )
 
 
 def _write_env(flavor: str) -> Check:
@@ -47,7 +50,13 @@ def _image_tag(flavor: str) -> str:
     return compose.service(flavor, dotenv.variables(dotenv.settings(flavor))).image
 
 
-def host(flavor: Optional[str] = None, root: Path = Path("/"), docker: bool = True, write_env: bool = True) -> List[Check]:
+def host(
+    flavor: Optional[str] = None,
+    root: Path = Path("/"),
+    docker: bool = True,
+    write_env: bool = True,
+    min_free: Optional[int] = None,
+) -> List[Check]:
     """Every host check; on the real host (``root`` is ``/``) also write compose's .env, or check it (``write_env=False``)."""
     from train.container import envfiles
     from train.container.errors import UserError
@@ -59,7 +68,7 @@ def host(flavor: Optional[str] = None, root: Path = Path("/"), docker: bool = Tr
         image_tag = _image_tag(flavor) if docker else None
     except (OSError, UserError) as exc:
         return [fail("env files", f"cannot read the pins and compose.yaml in {envfiles.REPO_ROOT}: {exc}", INSIDE_FIX)]
-    checks = checkup.host_checks(root, devices.current_identity(), flavor, stack, override, image_tag)
+    checks = checkup.host_checks(root, devices.current_identity(), flavor, stack, override, image_tag, min_free)
     if Path(root).resolve() == Path("/"):
         checks.append(_write_env(flavor) if write_env else devices.check_dotenv_gids(envfiles.REPO_ROOT / ".env", root))
     return checks
@@ -72,6 +81,7 @@ def doctor(
     docker: bool = True,
     write_env: bool = True,
     out: Optional[TextIO] = None,
+    min_free: Optional[int] = None,
 ) -> int:
     """Run the host (or ``inside``) doctor, print one line per check; 1 when a check failed, else 0."""
     if inside:
@@ -79,11 +89,12 @@ def doctor(
 
         checks = inside_doctor.inside_checks()
     else:
-        checks = host(flavor, root, docker, write_env)
+        checks = host(flavor, root, docker, write_env, min_free)
     (out or sys.stdout).write(report.format_report(checks))
     return report.exit_status(checks)
 
 
 def main(args: argparse.Namespace) -> int:
     """Handler for ``python -m train doctor`` (arguments from :func:`add_arguments`)."""
-    return doctor(args.inside, args.flavor, args.root, not args.no_docker, not args.no_env)
+    min_free = None if args.min_free_gib is None else int(args.min_free_gib * 2**30)
+    return doctor(args.inside, args.flavor, args.root, not args.no_docker, not args.no_env, min_free=min_free)
