@@ -6,6 +6,11 @@
                  [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
     invoke status [--run NAME] [--deadline 07:00]
     invoke logs / stop / shell / test
+    invoke lock [--flavor cpu]        hash-locked requirements: env/requirements/<flavor>.lock
+    invoke fingerprint [--out FILE]   JSON fingerprint of the image and this host
+    invoke verify FILE                name every difference from this machine (none: identical)
+    invoke bundle OUT.tar [--flavor]  image, compose.yaml, env/ and the lock, with a manifest
+    invoke restore OUT.tar [--into DIR] [--sha256 DIGEST]
 
 Ultralytics overrides are passed with a repeated ``--set KEY=VALUE`` (invoke
 has no positional varargs); container environment with ``--env KEY=VALUE``.
@@ -24,7 +29,9 @@ from typing import Any, Callable, List, Optional
 from invoke import Exit, task
 
 from train.container import build as build_image
-from train.container import dotenv, launch
+from train.container import bundle as bundles
+from train.container import dotenv, launch, locks
+from train.container import fingerprint as fingerprints
 from train.container import status as run_status
 from train.container.errors import UserError
 
@@ -160,6 +167,68 @@ def shell(c, run=None, flavor=None):
 
 @task(help={"pytest_args": "extra pytest arguments, e.g. '-k compose'"})
 def test(c, pytest_args=""):
-    """Run the container test suite (needs a Docker Engine; see .ci/docker-setup.sh)."""
-    command: List[str] = [sys.executable, "-m", "pytest", "tests/container", *pytest_args.split()]
+    """Run the container and bundle test suites (need a Docker Engine; see .ci/docker-setup.sh)."""
+    command: List[str] = [sys.executable, "-m", "pytest", "tests/container", "tests/bundle", *pytest_args.split()]
     c.run(" ".join(command), pty=sys.stdout.isatty())
+
+
+@task(help={"flavor": "rocm or cpu (default: rocm when /dev/kfd exists)"})
+@one_line_errors
+def lock(c, flavor=None):
+    """Write env/requirements/<flavor>.lock: every pin of env/ with the sha256 of its wheels."""
+    print(f"wrote {locks.lock(_flavor(flavor))}")
+
+
+@task(
+    help={
+        "flavor": "image of this flavor (default: rocm when /dev/kfd exists)",
+        "out": "write the JSON to FILE instead of printing it",
+    }
+)
+@one_line_errors
+def fingerprint(c, flavor=None, out=None):
+    """JSON fingerprint: image ID, labels, pip freeze, MIOpen hashes, versions; host kernel, driver, GPU."""
+    ref = fingerprints.image_ref(_flavor(flavor), ROOT)
+    taken = fingerprints.collect(ref)
+    if taken["image"] is None:
+        print(f"note: image {ref} is not on this engine: the fingerprint covers the host only", file=sys.stderr)
+    if out:
+        fingerprints.write(Path(out), taken)
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(fingerprints.dumps(taken))
+
+
+@task(help={"file": "a fingerprint written by `invoke fingerprint --out`"})
+@one_line_errors
+def verify(c, file):
+    """Compare a fingerprint with this machine: one line per difference, nothing when identical."""
+    differences = fingerprints.verify(Path(file))
+    if differences:
+        print("\n".join(differences))
+        raise Exit(code=1)
+
+
+@task(
+    help={
+        "out": "the bundle file to write (e.g. trainbox-cpu.tar)",
+        "flavor": "image of this flavor (default: rocm when /dev/kfd exists)",
+    }
+)
+@one_line_errors
+def bundle(c, out, flavor=None):
+    """Write image, compose.yaml, env/ (the lock included) and a sha256 manifest into one tar; print its sha256."""
+    bundles.bundle(Path(out), fingerprints.image_ref(_flavor(flavor), ROOT), ROOT)
+
+
+@task(
+    help={
+        "bundle": "a file written by `invoke bundle`",
+        "into": "directory for compose.yaml, env/ and .env (default: this checkout)",
+        "sha256": "refuse the bundle unless its manifest has this sha256 (printed by `invoke bundle`)",
+    }
+)
+@one_line_errors
+def restore(c, bundle, into=None, sha256=None):
+    """Verify a bundle, docker load it, confirm the image ID, write .env for this host; print the next command."""
+    bundles.report(bundles.restore(Path(bundle), Path(into) if into else ROOT, expected_digest=sha256))

@@ -45,11 +45,16 @@ class SecondEngine:
     def command(self, dockerd: str) -> List[str]:
         return [
             dockerd,
-            "--data-root", str(self.data_root),
-            "--exec-root", str(self.exec_root),
-            "--pidfile", str(self.pidfile),
-            "-H", self.url,
-            "--config-file", str(self.config),
+            "--data-root",
+            str(self.data_root),
+            "--exec-root",
+            str(self.exec_root),
+            "--pidfile",
+            str(self.pidfile),
+            "-H",
+            self.url,
+            "--config-file",
+            str(self.config),
             "--bridge=none",
             "--iptables=false",
             "--ip6tables=false",
@@ -67,8 +72,7 @@ class SecondEngine:
             raise RuntimeError("a second Docker Engine needs root")
         self.config.write_text("{}\n")
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen(self.command(dockerd), stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(self.command(dockerd), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

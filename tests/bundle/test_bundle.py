@@ -23,7 +23,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from tests.bundle.conftest import MEASURED, ROOT, TEST_TAG
-from train.container import bundle, fingerprint
+from train.container import bundle, fingerprint, locks
 from train.container.errors import UserError
 
 
@@ -80,25 +80,26 @@ def test_manifest_names_every_part_with_its_hash(bundle_path: Path, cpu_image: s
     with bundle.Bundle(bundle_path) as opened:
         names = [part["name"] for part in opened.parts]
         assert set(names) == {*bundle.file_parts(ROOT), bundle.FINGERPRINT_PART, bundle.IMAGE_PART}
-        assert bundle.LOCK_PART in names and "env/stack.env" in names and "compose.yaml" in names
+        assert opened.manifest["lock"] == "env/requirements/cpu.lock"
+        assert {"env/requirements/cpu.lock", "env/stack.env", "compose.yaml"} <= set(names)
         assert all(len(part["sha256"]) == 64 and part["size"] > 0 for part in opened.parts)
         assert opened.manifest["image"] == {
-            "ref": TEST_TAG, "id": cpu_image, "flavor": "cpu", "tags": [TEST_TAG],
+            "ref": TEST_TAG,
+            "id": cpu_image,
+            "flavor": "cpu",
+            "tags": [TEST_TAG],
             "repo_digests": opened.manifest["image"]["repo_digests"],
         }
         saved = json.loads(opened.read_part(bundle.FINGERPRINT_PART))
         assert saved["image"]["id"] == cpu_image
 
 
-def test_corrupted_image_part_is_refused_and_nothing_loaded(
-    bundle_path: Path, engine2: docker.APIClient, tmp_path: Path
-) -> None:
+def test_corrupted_image_part_is_refused_and_nothing_loaded(bundle_path: Path, engine2: docker.APIClient, tmp_path: Path) -> None:
     with bundle.Bundle(bundle_path) as opened:
         member = opened.members[bundle.IMAGE_PART]
     with flipped(bundle_path, member.offset_data + member.size // 2):
         message = refusal(bundle_path, tmp_path / "machine2", engine2)
-    assert message == (f"bundle {bundle_path} was corrupted or tampered with:"
-                       " sha256 of image.tar does not match its manifest")
+    assert message == (f"bundle {bundle_path} was corrupted or tampered with: sha256 of image.tar does not match its manifest")
 
 
 @pytest.mark.parametrize("fraction", [0.6, 0.0001])
@@ -123,9 +124,7 @@ def test_tampered_file_part_is_refused(bundle_path: Path, engine2: docker.APICli
     assert "sha256 of env/stack.env does not match" in message
 
 
-def test_restore_refuses_to_overwrite_different_files(
-    bundle_path: Path, engine2: docker.APIClient, tmp_path: Path
-) -> None:
+def test_restore_refuses_to_overwrite_different_files(bundle_path: Path, engine2: docker.APIClient, tmp_path: Path) -> None:
     target = tmp_path / "machine2"
     target.mkdir()
     (target / "compose.yaml").write_text("services: {}\n")
@@ -158,7 +157,11 @@ def test_restore_on_second_engine_gives_same_image_and_fingerprint(
                 assert (target / part["name"]).read_bytes() == opened.read_part(part["name"])
     dotenv_lines = restored.dotenv_path.read_text().splitlines()
     assert "COMPOSE_PROFILES=cpu" in dotenv_lines
-    assert f"TRAINBOX_UID={os.getuid()}" in dotenv_lines
+    assert f"TRAINBOX_UID={os.environ.get('TRAINBOX_UID', os.getuid())}" in dotenv_lines
+    labels = engine2.inspect_image(TEST_TAG)["Config"]["Labels"]
+    assert f"SOURCE_COMMIT={labels['org.opencontainers.image.revision']}" in dotenv_lines
+    assert f"CPU_LOCK_SHA256={labels['io.trainbox.lock-sha256']}" in dotenv_lines
+    assert labels["io.trainbox.lock-sha256"] == locks.lock_digest(target / "env/requirements/cpu.lock")
     assert (target / "runs").is_dir() and (target / "data").is_dir()
 
     out = io.StringIO()
@@ -214,9 +217,7 @@ def test_restore_refuses_a_bundle_other_than_the_expected_one(
     assert not has_image(engine2, TEST_TAG)
 
 
-def test_probe_hashes_miopen_databases_and_names_symlinks(
-    engine1: docker.APIClient, cpu_image: str, tmp_path: Path
-) -> None:
+def test_probe_hashes_miopen_databases_and_names_symlinks(engine1: docker.APIClient, cpu_image: str, tmp_path: Path) -> None:
     """The ROCm image's kdb layout (a kdb, its Navi 1x aliases as symlinks), mounted into the CPU image."""
     db = tmp_path / "db"
     db.mkdir()

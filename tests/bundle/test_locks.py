@@ -86,7 +86,8 @@ def test_unreachable_torch_index_is_recorded_missing_and_refused(requirements: P
     assert f"# MISSING {torch}: {stack['TORCH_ROCM_INDEX']}/torch/ unreachable" in text
     assert f"\n{torch}" not in text
     assert f"--extra-index-url {stack['TORCH_ROCM_INDEX']}" in text
-    with pytest.raises(UserError, match=r"lacks hashes \(torch=="):
+    refusal = r"has no hash for torch==1.13.1\+rocm5.2: run `invoke lock --flavor rocm` on a machine that reaches the index"
+    with pytest.raises(UserError, match=refusal):
         locks.check("rocm", requirements, stack)
 
 
@@ -97,8 +98,22 @@ def test_lock_made_from_other_pins_is_refused(requirements: Path) -> None:
         locks.check("cpu", requirements, dict(stack, NUMPY_VERSION="1.26.3"))
 
 
+def test_rocm_lock_must_carry_the_torch_hashes_env_records(requirements: Path) -> None:
+    stack = envfiles.stack()
+    pinned = locks.pins("rocm", stack, requirements)
+    locks.lock("rocm", requirements, FakeIndex(pinned, stack["ROCM_PYTHON"]), stack)
+    with pytest.raises(UserError, match="no torch wheel has the sha256 env/stack.env records as TORCH_ROCM_SHA256"):
+        locks.check("rocm", requirements, stack)
+    for pin in pinned:
+        if pin.name in locks.KNOWN_HASHES["rocm"]:
+            fitting = next(n for n, fits in wheel_names(pin.name, pin.version, stack["ROCM_PYTHON"]).items() if fits)
+            stack[locks.KNOWN_HASHES["rocm"][pin.name]] = sha(fitting)
+    assert locks.check("rocm", requirements, stack) == locks.lock_path("rocm", requirements)
+
+
 def test_unhashed_line_and_absent_lock_are_refused(requirements: Path) -> None:
     stack = envfiles.stack()
+    locks.lock_path("cpu", requirements).unlink()
     with pytest.raises(UserError, match="cpu.lock not found: run `invoke lock --flavor cpu`"):
         locks.check("cpu", requirements, stack)
     path = locks.lock("cpu", requirements, FakeIndex(locks.pins("cpu", stack, requirements), stack["CPU_PYTHON"]), stack)
@@ -108,7 +123,7 @@ def test_unhashed_line_and_absent_lock_are_refused(requirements: Path) -> None:
 
 
 def test_pinned_twice_with_different_versions_is_refused(requirements: Path) -> None:
-    (requirements / "lock.txt").write_text("numpy==1.0.0\n")
+    (requirements / "pins.txt").write_text("numpy==1.0.0\n")
     with pytest.raises(UserError, match="numpy is pinned twice in env/"):
         locks.pins("cpu", envfiles.stack(), requirements)
 

@@ -15,11 +15,12 @@ from typing import Dict, List
 import pytest
 import yaml
 
-from train.container import compose, dotenv, envfiles
+from train.container import compose, dotenv, envfiles, locks
+from train.container.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = {"cpu": ROOT / "Dockerfile.cpu", "rocm": ROOT / "Dockerfile.rocm"}
-NOT_PINS = {"EXTRA_CA_CERTS_B64"}
+NOT_PINS = {"EXTRA_CA_CERTS_B64", "LOCK_SHA256", "SOURCE_COMMIT"}
 APP_BLOCK = re.compile(r"^# >>> app layer.*?^# <<< app layer$", re.S | re.M)
 
 
@@ -32,7 +33,11 @@ def without_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def arg_defaults(path: Path) -> Dict[str, str]:
-    return dict(re.findall(r"^ARG (\w+)=?(\S*)$", path.read_text(), re.M))
+    """Each ARG's default from its first declaration (redeclarations after FROM carry none)."""
+    defaults: Dict[str, str] = {}
+    for name, value in re.findall(r"^ARG (\w+)=?(\S*)$", path.read_text(), re.M):
+        defaults.setdefault(name, value)
+    return defaults
 
 
 def variables() -> Dict[str, str]:
@@ -56,7 +61,32 @@ def test_labels_carry_pinned_args(flavor: str) -> None:
     for key in ("torch", "torchvision", "ultralytics", "numpy", "opencv", "python"):
         assert "${" in labels[f"io.trainbox.{key}"], f"{flavor}: label {key} must come from a build arg"
     for name in re.findall(r"\$\{(\w+)\}", " ".join(labels.values())):
-        assert name in envfiles.stack(), f"{flavor}: label uses {name}, which env/stack.env does not pin"
+        assert name in envfiles.stack() or name in NOT_PINS, f"{flavor}: label uses {name}, which env/stack.env does not pin"
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_every_build_arg_is_a_label(flavor: str) -> None:
+    text = DOCKERFILES[flavor].read_text()
+    labels = dict(re.findall(r'^\s*(?:LABEL )?([\w.-]+)="([^"]*)"', text, re.M))
+    for name in arg_defaults(DOCKERFILES[flavor]):
+        assert labels.get("io.trainbox.arg." + name.lower().replace("_", "-")) == f"${{{name}}}", f"{flavor}: {name}"
+    assert labels["io.trainbox.lock-sha256"] == "${LOCK_SHA256}"
+    assert labels["org.opencontainers.image.revision"] == "${SOURCE_COMMIT}"
+    base = f"{flavor.upper()}_BASE_IMAGE"
+    assert labels["org.opencontainers.image.base.name"] == f"${{{base}}}"
+    after_from = text.split("\nFROM ", 1)[1]
+    assert re.search(rf"^ARG {base}$", after_from, re.M), f"{flavor}: {base} must be redeclared after FROM for its label"
+
+
+@pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
+def test_dockerfile_installs_only_its_hash_lock(flavor: str) -> None:
+    text = DOCKERFILES[flavor].read_text().replace("\\\n", " ")
+    installs = [line for line in text.splitlines() if "pip install" in line]
+    lock = f"/etc/trainbox/requirements/{flavor}.lock"
+    assert installs == [line for line in installs if "--no-deps --require-hashes --no-compile -r " + lock in line]
+    assert len(installs) == 1 and f"COPY env/requirements/{flavor}.lock " in text
+    compile_step = "PYTHONHASHSEED=0 python -m compileall -f -q -j1 --invalidation-mode unchecked-hash"
+    assert compile_step in installs[0] and "PYTHONDONTWRITEBYTECODE=1" in text
 
 
 def test_app_layer_is_shared_verbatim() -> None:
@@ -159,22 +189,32 @@ def test_requirements_consistent() -> None:
     pins = envfiles.stack()
     stack_packages = {"torch", "torchvision", "ultralytics", "numpy", "opencv-python-headless"}
     assert {"TORCH_VERSION", "TORCHVISION_VERSION", "ULTRALYTICS_VERSION", "NUMPY_VERSION", "OPENCV_VERSION"} <= set(pins)
-
-    def names(path: Path) -> List[str]:
-        lines = [raw.split("#")[0].strip() for raw in path.read_text().splitlines()]
-        return [re.split(r"[=<>\[ ]", line)[0].lower().replace("_", "-") for line in lines if line]
-
-    lock = names(ROOT / "env/requirements/lock.txt")
-    assert not set(lock) & stack_packages, "lock.txt must not repeat env/stack.env pins"
-    assert "opencv-python" not in lock
-    lock_lines = (ROOT / "env/requirements/lock.txt").read_text().splitlines()
-    assert all("==" in line for line in lock_lines if line and not line.startswith("#"))
-    app = names(ROOT / "env/requirements/app.txt")
-    assert set(app) <= set(lock) | stack_packages
+    requirements = ROOT / "env/requirements"
+    pinned = {locks.normalize(name) for name, _ in locks._pinned_lines(requirements / "pins.txt")}
+    pinned |= {locks.normalize(name) for name, _ in locks._pinned_lines(requirements / "pins-cpu.txt")}
+    assert not pinned & stack_packages, "pins*.txt must not repeat env/stack.env pins"
+    assert "opencv-python" not in pinned
+    assert sorted(p.name for p in requirements.iterdir()) == ["cpu.lock", "pins-cpu.txt", "pins.txt", "rocm.lock"]
+    locked = {locks.normalize(pin.name) for pin in locks.pins("cpu", pins)}
     text = (ROOT / "pyproject.toml").read_text()
     declared = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[^"]*",?$', text.split("[project.optional-dependencies]")[0], re.M)
     declared += re.findall(r'^yolo = \["([A-Za-z0-9_.-]+)', text, re.M)
-    assert {d.lower() for d in declared} <= set(app), f"pyproject needs {declared}, app.txt has {app}"
+    assert {locks.normalize(d) for d in declared} <= locked, f"pyproject needs {declared}, the cpu lock has {sorted(locked)}"
+
+
+def test_cpu_lock_is_current() -> None:
+    """Fails on drift: env/ pins changed without `invoke lock --flavor cpu`, or an unhashed line."""
+    assert locks.check("cpu") == locks.lock_path("cpu")
+
+
+def test_rocm_lock_refused_with_one_line_until_generated_where_the_index_is_reachable() -> None:
+    text = locks.lock_path("rocm").read_text()
+    assert locks.DIGEST_PREFIX + locks.inputs_digest("rocm", locks.pins("rocm"), envfiles.stack()["ROCM_PYTHON"]) in text
+    if locks.MISSING in text:
+        with pytest.raises(UserError, match=r"^[^\n]*run `invoke lock --flavor rocm` on a machine that reaches the index$"):
+            locks.check("rocm")
+    else:
+        locks.check("rocm")
 
 
 def test_pyproject_lists_package() -> None:

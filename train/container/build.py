@@ -3,7 +3,9 @@
 docker-py builds with the classic builder (no BuildKit syntax in the
 Dockerfiles) and only its low-level API streams progress. Build args,
 Dockerfile, context and tag come from the service's ``build:`` section, so
-``docker compose build`` and ``invoke build`` produce the same image.
+``docker compose build`` and ``invoke build`` produce the same image. The
+flavor's hash lock is checked first (:func:`locks.check`): an absent,
+incomplete or stale lock stops the build with one line.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional, TextIO
 
-from train.container import compose, dotenv, engine
+from train.container import compose, dotenv, engine, locks
 from train.container.errors import UserError
 
 
@@ -24,8 +26,9 @@ def build(
     no_cache: bool = False,
     out: Optional[TextIO] = None,
 ) -> str:
-    """Build ``flavor``'s image; return its tag. Writes .env first."""
+    """Build ``flavor``'s image; return its tag. Checks the lock, then writes .env."""
     out = out or sys.stdout
+    locks.check(flavor)
     values = dotenv.settings(flavor, ca_certs)
     dotenv.write(root, values)
     service = compose.service(flavor, dotenv.variables(values), root)

@@ -40,8 +40,8 @@ IMAGE_PART = "image.tar"
 FINGERPRINT_PART = "fingerprint.json"
 COMPOSE_PART = "compose.yaml"
 ENV_DIR = "env"
-LOCK_PART = "env/requirements/lock.txt"
 FLAVOR_LABEL = "io.trainbox.flavor"
+REVISION_LABEL = "org.opencontainers.image.revision"
 CHUNK = 1 << 20
 BLOCK = tarfile.BLOCKSIZE
 
@@ -131,10 +131,9 @@ def file_parts(root: Path) -> List[str]:
     return names
 
 
-def _lock_part(flavor: str, root: Path) -> str:
-    """The member that pins the image's packages: the flavor's hash lock once `invoke lock` made one."""
-    hashed = locks.lock_path(flavor, (root / LOCK_PART).parent)
-    return hashed.relative_to(root).as_posix() if hashed.is_file() else LOCK_PART
+def _lock_part(flavor: str) -> str:
+    """The member that pins the image's packages: the flavor's hash lock."""
+    return locks.lock_path(flavor, Path(ENV_DIR, "requirements")).as_posix()
 
 
 def _inspect(client: docker.APIClient, ref: str) -> Dict[str, Any]:
@@ -185,7 +184,7 @@ def bundle(
                 "tags": [ref],
                 "repo_digests": attrs.get("RepoDigests") or [],
             },
-            "lock": _lock_part(flavor, root),
+            "lock": _lock_part(flavor),
             "parts": parts,
         }
         manifest_bytes = (json.dumps(manifest, indent=2) + "\n").encode()
@@ -338,12 +337,16 @@ def _load(client: docker.APIClient, opened: Bundle, progress: TextIO) -> List[st
 
 
 def _dotenv_values(flavor: str, target: Path) -> Dict[str, str]:
-    """This host's .env values, with the pins and runtime paths of the bundle's env/ (TRAINBOX_<KEY> still wins)."""
+    """This host's .env values with the bundle's pins, runtime paths, lock digest and source commit (TRAINBOX_<KEY> wins)."""
     values = dotenv.settings(flavor)
     bundled = envfiles.read_env_file(target / ENV_DIR / envfiles.STACK_FILE.name)
     for path in envfiles.FLAVOR_ENV_FILES[flavor]:
         runtime = envfiles.read_env_file(target / ENV_DIR / path.name)
         bundled.update({key: value for key, value in runtime.items() if key in values})
+    lock = target / _lock_part(flavor)
+    bundled[f"{flavor.upper()}_LOCK_SHA256"] = locks.lock_digest(lock) if lock.is_file() else ""
+    image = fingerprint.load(target / FINGERPRINT_PART).get("image") or {}
+    bundled["SOURCE_COMMIT"] = (image.get("labels") or {}).get(REVISION_LABEL, "unknown")
     for key, value in bundled.items():
         if os.environ.get(key if key.startswith(dotenv.OVERRIDE_PREFIX) else dotenv.OVERRIDE_PREFIX + key) is None:
             values[key] = value

@@ -14,10 +14,11 @@ import base64
 import grp
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from train.container import envfiles
+from train.container import envfiles, locks
 from train.container.compose import COMPOSE_FILE
 from train.container.errors import UserError
 
@@ -82,6 +83,32 @@ def compose_variables() -> List[str]:
     return sorted(set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", COMPOSE_FILE.read_text())))
 
 
+def source_commit(root: Path = COMPOSE_FILE.parent) -> str:
+    """git HEAD of ``root``, ``-dirty`` when files differ from it (untracked ones too); "unknown" outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(root), "status", "--porcelain"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}-dirty" if changes else head
+
+
+def lock_digests() -> Dict[str, str]:
+    """``<FLAVOR>_LOCK_SHA256`` of each flavor's lock file (empty when there is none yet)."""
+    digests = {}
+    for flavor in FLAVORS:
+        path = locks.lock_path(flavor)
+        digests[f"{flavor.upper()}_LOCK_SHA256"] = locks.lock_digest(path) if path.is_file() else ""
+    return digests
+
+
 def settings(flavor: Optional[str] = None, ca_certs: Iterable[str] = ()) -> Dict[str, str]:
     """Every value .env carries, overrides applied."""
     kfd = Path(os.environ.get(OVERRIDE_PREFIX + "KFD_DEVICE", str(KFD_DEVICE)))
@@ -101,6 +128,8 @@ def settings(flavor: Optional[str] = None, ca_certs: Iterable[str] = ()) -> Dict
     for name in PROXY_VARIABLES:
         values[name] = os.environ.get(name) or os.environ.get(name.upper(), "")
     values.update(envfiles.stack())
+    values.update(lock_digests())
+    values["SOURCE_COMMIT"] = source_commit()
     wanted = set(compose_variables())
     for flavor_name in FLAVORS:
         values.update({k: v for k, v in envfiles.runtime_env(flavor_name).items() if k in wanted})

@@ -1,8 +1,8 @@
 """``invoke lock``: hash-locked requirements per flavor, and the check a build runs first.
 
 The pins come from ``env/``: torch, torchvision and the other versions in
-``env/stack.env``, everything else exact in ``env/requirements/lock.txt``
-(and, for the CPU flavor, ``torch-cpu.txt``). For every pin the package
+``env/stack.env``, everything else exact in ``env/requirements/pins.txt``
+(and, for the CPU flavor, ``pins-cpu.txt``). For every pin the package
 index's simple page (PEP 503: links carry ``#sha256=``) names the wheels of
 that version; the lock records the sha256 of each wheel that installs on the
 flavor's image (its CPython, x86_64, its glibc). pip installs the lock with
@@ -39,6 +39,8 @@ PYTHON_KEY = {"cpu": "CPU_PYTHON", "rocm": "ROCM_PYTHON"}
 MISSING = "# MISSING "
 DIGEST_PREFIX = "# inputs sha256: "
 FETCH_TIMEOUT_S = 60
+#: sha256 that env/stack.env records for wheels of a flavor: its lock must list them.
+KNOWN_HASHES: Dict[str, Dict[str, str]] = {"rocm": {"torch": "TORCH_ROCM_SHA256", "torchvision": "TORCHVISION_ROCM_SHA256"}}
 #: Legacy manylinux names and the glibc they stand for.
 _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 _ANCHOR = re.compile(r'<a\s[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', re.IGNORECASE)
@@ -100,7 +102,7 @@ def pins(
     stack = dict(stack if stack is not None else envfiles.stack())
     if flavor == "cpu":
         local, torch_index = "", index
-        extra = _pinned_lines(requirements_dir / "torch-cpu.txt")
+        extra = _pinned_lines(requirements_dir / "pins-cpu.txt")
     elif flavor == "rocm":
         local, torch_index = "+" + stack["TORCH_ROCM_LOCAL"], stack["TORCH_ROCM_INDEX"]
         extra = []
@@ -114,7 +116,7 @@ def pins(
         Pin("numpy", stack["NUMPY_VERSION"], index),
         Pin("opencv-python-headless", stack["OPENCV_VERSION"], index),
     ]
-    result += [Pin(name, version, index) for name, version in extra + _pinned_lines(requirements_dir / "lock.txt")]
+    result += [Pin(name, version, index) for name, version in extra + _pinned_lines(requirements_dir / "pins.txt")]
     seen: Dict[str, Pin] = {}
     for pin in result:
         other = seen.setdefault(normalize(pin.name), pin)
@@ -251,7 +253,11 @@ def check(flavor: str, requirements_dir: Path = REQUIREMENTS_DIR, stack: Optiona
         raise UserError(f"{path} not found: {fix}")
     text = path.read_text()
     if MISSING in text:
-        raise UserError(f"{path} lacks hashes ({text.split(MISSING, 1)[1].splitlines()[0]}): {fix} where the index is reachable")
+        first = text.split(MISSING, 1)[1].splitlines()[0].split(":", 1)[0]
+        raise UserError(f"{path} has no hash for {first}: {fix} on a machine that reaches the index")
+    for name, key in KNOWN_HASHES.get(flavor, {}).items():
+        if f"--hash=sha256:{stack[key]}" not in text:
+            raise UserError(f"{path}: no {name} wheel has the sha256 env/stack.env records as {key}: check the index, then {fix}")
     python = stack[PYTHON_KEY[flavor]]
     digest = inputs_digest(flavor, pins(flavor, stack, requirements_dir), python)
     recorded = next((line[len(DIGEST_PREFIX) :] for line in text.splitlines() if line.startswith(DIGEST_PREFIX)), None)
