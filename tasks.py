@@ -6,6 +6,8 @@
                  [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
     invoke status [--run NAME] [--deadline 07:00]
     invoke logs / stop / shell / test
+    invoke doctor [--flavor rocm|cpu] [--no-docker]
+    invoke warmup --profile safe [--flavor rocm] --set data=/data/data.yaml [--set imgsz=640 ...]
     invoke lock [--flavor cpu]        hash-locked requirements: env/requirements/<flavor>.lock
     invoke fingerprint [--out FILE]   JSON fingerprint of the image and this host
     invoke verify FILE                name every difference from this machine (none: identical)
@@ -34,6 +36,7 @@ from train.container import dotenv, launch, locks
 from train.container import fingerprint as fingerprints
 from train.container import status as run_status
 from train.container.errors import UserError
+from train.doctor import cli as doctor_cli
 
 ROOT = Path(__file__).resolve().parent
 
@@ -232,3 +235,32 @@ def bundle(c, out, flavor=None):
 def restore(c, bundle, into=None, sha256=None):
     """Verify a bundle, docker load it, confirm the image ID, write .env for this host; print the next command."""
     bundles.report(bundles.restore(Path(bundle), Path(into) if into else ROOT, expected_digest=sha256))
+
+
+@task(
+    help={
+        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "no_docker": "leave out the Docker Engine and image checks",
+    }
+)
+@one_line_errors
+def doctor(c, flavor=None, no_docker=False):
+    """Check this host (devices, groups, driver, GPU arch -> HSA override and kdb, shm, disk, image); write .env."""
+    raise Exit(code=doctor_cli.doctor(flavor=_flavor(flavor), docker=not no_docker))
+
+
+@task(
+    iterable=["set_"],
+    help={
+        "profile": "profile whose convolution backend applies (default: safe)",
+        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "set_": "the run's Ultralytics arguments, repeatable: --set data=/data/data.yaml --set imgsz=640 --set batch=16",
+    },
+)
+@one_line_errors
+def warmup(c, profile="safe", flavor=None, set_=None):
+    """Compile and cache MIOpen's kernels at the training shapes, in the compose service's container."""
+    flavor = _flavor(flavor)
+    dotenv.write(ROOT, dotenv.settings(flavor))
+    command = ["docker", "compose", "run", "--rm", flavor, "warmup", "--profile", profile, *(set_ or [])]
+    c.run(shlex.join(command), pty=sys.stdout.isatty())

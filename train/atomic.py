@@ -10,6 +10,9 @@ from typing import IO, Iterator, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+#: mkstemp creates 0600 files; a replaced file keeps its mode, a new one gets the usual 0644.
+NEW_FILE_MODE = 0o644
+
 
 def fsync_path(path: PathLike) -> None:
     """fsync a file or, to persist a rename, the directory that holds the entry."""
@@ -32,6 +35,7 @@ def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True) -> Itera
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, target.stat().st_mode & 0o7777 if target.exists() else NEW_FILE_MODE)
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
