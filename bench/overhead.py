@@ -78,8 +78,10 @@ def main() -> int:
     result = {
         "epochs": args.epochs,
         "imgsz": args.imgsz,
-        "bare_s": summary(bare),
-        "supervised_s": summary(supervised),
+        "bare_epoch_s": summary(bare),
+        "supervised_epoch_s": summary(supervised),
+        "bare_wall_s": summary(bare_wall),
+        "supervised_wall_s": summary(supervised_wall),
         "ratio": summary(ratios),
     }
     md = (
