@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
-from common import REPO, summary, train_cli, write_results
+from common import REPO, RESULTS, summary, train_cli, write_results
 
 ARGS = ["epochs=2", "imgsz=64", "batch=8", "plots=False", "val=False"]
 
@@ -44,6 +44,26 @@ def lost(run_dir: Path) -> Dict[str, Any]:
     log = "\n".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.log")))
     cost = re.findall(r"(\d+) mid-epoch checkpoint\(s\) written, ([0-9.]+) s each", log)
     return {"batches_lost": len(again), "checkpoint_s": [float(c[1]) for c in cost]}
+
+
+def plot(rows: List[Dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fractions = sorted({r["fraction"] for r in rows})
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for offset, mode in ((-0.15, "epoch-only"), (0.15, "mid-epoch")):
+        lost_by = {r["fraction"]: r["batches_lost"] for r in rows if r["mode"] == mode}
+        ax.bar([i + offset for i in range(len(fractions))], [lost_by[f] for f in fractions], width=0.3, label=mode)
+    ax.set_xticks(range(len(fractions)), [f"{f:.0%}" for f in fractions])
+    ax.set_xlabel("where in the epoch the training process was killed")
+    ax.set_ylabel("batches trained again")
+    ax.legend()
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
 
 
 def main() -> int:
@@ -102,6 +122,8 @@ def main() -> int:
     if costs:
         c = summary(costs)
         lines += ["", f"Mid-epoch checkpoint cost (yolov8n, CPU): median {c['median']:.3f} s [{c['min']:.3f}–{c['max']:.3f}]."]
+    lines += ["", "![lost work per stall](lost_work.png)"]
+    plot(rows, RESULTS / "lost_work.png")
     md = "\n".join(lines) + "\n"
     print(md)
     print(write_results("lost_work", {"rows": rows, "checkpoint_s": summary(costs) if costs else None}, md))

@@ -21,6 +21,12 @@ from typing import Any, Dict, List
 from common import events, span, summary, train_cli, write_results
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
+#: Ultralytics hangs: (profile, fault, startup budget) under `python -m train run` on demo data.
+YOLO_KINDS = {
+    "worker deadlock (fast)": ("fast", "sleep@worker,attempt=0,train=1,epoch>=2", 120),
+    "hang after validation": ("safe", "sleep@val_end,attempt=0,epoch=1", 120),
+    "first batch never comes": ("safe", "sleep@worker,attempt=0,train=1,epoch=1", 30),
+}
 BACKOFF_S = 0.5
 GRACE_S = 2.0
 
@@ -69,6 +75,31 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
     }
 
 
+def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        code = train_cli(
+            ["run", "--profile", profile, "--run-dir", str(run_dir), "--stall-timeout", "10", "--startup-timeout",
+             str(startup), "--backoff", "0.5", "--quiet", f"data={data}", "epochs=2", "imgsz=64", "batch=8", "plots=False"],
+            {"TRAIN_FAULT": fault},
+        )  # fmt: skip
+        history = events(run_dir)
+    if code != 0:
+        raise SystemExit(f"{fault}: exit {code}: {history}")
+    stall = next(e for e in history if e["event"] == "stall")
+    resumed = next(e for e in history if e["event"] == "exit")
+    late = stall["silent_s"] - stall["budget_s"]
+    return {
+        "budget_s": stall["budget_s"],
+        "detect_late_s": late,
+        "incident_s": stall["incident_s"],
+        "kill_s": stall["kill_s"],
+        "stall_to_kill_s": late + stall["incident_s"] + stall["kill_s"],
+        "kill_to_first_beat_s": resumed["first_beat_ts"] - stall["killed_ts"],
+        "kill_to_first_batch_s": resumed["first_step_ts"] - stall["killed_ts"],
+    }
+
+
 def _cell_of(row: Dict[str, Any], metric: str, scale: float = 1.0) -> str:
     return span(row[metric], scale)
 
@@ -77,6 +108,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget", type=float, default=5.0)
+    parser.add_argument("--yolo-repeat", type=int, default=1, help="runs of each Ultralytics hang (0: none)")
     args = parser.parse_args()
     samples: Dict[str, List[Dict[str, float]]] = {k: [] for k in KINDS}
     for round_ in range(args.repeat):
@@ -100,6 +132,27 @@ def main() -> int:
             f"| {kind} | {cell('detect_late_s')} | {cell('incident_s')} | {cell('incident_bytes', 1 / 1024)} | "
             f"{cell('kill_s')} | {cell('stall_to_kill_s')} | {cell('kill_to_first_beat_s')} |"
         )
+    yolo: Dict[str, List[Dict[str, float]]] = {k: [] for k in YOLO_KINDS}
+    if args.yolo_repeat:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = Path(tmp) / "data"
+            train_cli(["demo-data", str(data), "--imgsz", "64"], {})
+            for _ in range(args.yolo_repeat):
+                for kind, (profile, fault, startup) in YOLO_KINDS.items():
+                    yolo[kind].append(measure_yolo(profile, fault, startup, data / "data.yaml"))
+                    print(f"{kind}: {yolo[kind][-1]}", flush=True)
+        lines += [
+            "",
+            f"Ultralytics (`python -m train run`, yolov8n on demo data, CPU, {args.yolo_repeat} run(s) each):",
+            "",
+            "| hang | budget s | budget→noticed s | report s | kill s | gone→first resumed beat s | gone→first resumed batch s |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        metrics = ("detect_late_s", "incident_s", "kill_s", "kill_to_first_beat_s", "kill_to_first_batch_s")
+        for kind, runs in yolo.items():
+            row = {metric: summary([r[metric] for r in runs]) for metric in runs[0]}
+            table[kind] = row
+            lines.append(f"| {kind} | {row['budget_s']['median']:.0f} | " + " | ".join(span(row[m]) for m in metrics) + " |")
     path = write_results(
         "stalls", {"budget_s": args.budget, "grace_s": GRACE_S, "backoff_s": BACKOFF_S, "kinds": table}, "\n".join(lines) + "\n"
     )
