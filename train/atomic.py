@@ -23,7 +23,6 @@ def fsync_path(path: PathLike) -> None:
         os.close(fd)
 
 
-
 @contextlib.contextmanager
 def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True) -> Iterator[IO]:
     """Yield a file that replaces ``path`` only once it is completely written.

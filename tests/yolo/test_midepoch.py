@@ -138,4 +138,3 @@ def test_resume_after_fallback_from_four_workers_to_none(
     epoch, batch = first_resumed_batch(done, attempt=1)
     assert epoch == 0 and batch >= 2
     assert trained(done) == trained(uninterrupted), "the same order with 4 workers, then none"
-

@@ -117,6 +117,8 @@ class WorkerInit:
 class ProfileDataLoader(InfiniteDataLoader):
     """Ultralytics' infinite loader, with the start method, persistence and prefetch of a profile."""
 
+    iterator: Any
+
     def __init__(
         self,
         *args: Any,
@@ -208,7 +210,8 @@ def rebuild(
         options["pin_memory_device"] = base.pin_memory_device
     if train:
         shuffle = isinstance(base.sampler, RandomSampler)
-        positioned = PositionedBatchSampler(len(base.dataset), base.batch_size, seed, shuffle, base.drop_last)
+        size = len(base.dataset)  # type: ignore[arg-type]  # Ultralytics' datasets are sized
+        positioned = PositionedBatchSampler(size, base.batch_size or 1, seed, shuffle, base.drop_last)
         options.update(dataset=SeededSamples(base.dataset, seed), positioned=positioned)
     else:
         options.update(dataset=base.dataset)
