@@ -60,19 +60,8 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
             {"TRAIN_FAULT": f"{kind}@step,step=5,attempt=0"},
         )
         history = events(run_dir)
-    if code != 0:
-        raise SystemExit(f"{kind}: supervisor exited {code}: {history}")
-    stall = next(e for e in history if e["event"] == "stall")
-    resumed = next(e for e in history if e["event"] == "exit")
-    late = stall["silent_s"] - stall["budget_s"]
-    return {
-        "detect_late_s": late,
-        "incident_s": stall["incident_s"],
-        "incident_bytes": stall["incident_bytes"],
-        "kill_s": stall["kill_s"],
-        "stall_to_kill_s": late + stall["incident_s"] + stall["kill_s"],
-        "kill_to_first_beat_s": resumed["first_beat_ts"] - stall["killed_ts"],
-    }
+    figures = stall_figures(kind, code, history)
+    return {k: v for k, v in figures.items() if k not in ("budget_s", "kill_to_first_batch_s")}
 
 
 def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Dict[str, float]:
@@ -84,8 +73,15 @@ def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Dict[str
             {"TRAIN_FAULT": fault},
         )  # fmt: skip
         history = events(run_dir)
+    figures = stall_figures(fault, code, history)
+    figures.pop("incident_bytes")
+    return figures
+
+
+def stall_figures(label: str, code: int, history: List[Dict[str, Any]]) -> Dict[str, float]:
+    """From a run's events: how late the stall was noticed, report and kill times, time to the resumed run."""
     if code != 0:
-        raise SystemExit(f"{fault}: exit {code}: {history}")
+        raise SystemExit(f"{label}: supervisor exited {code}: {history}")
     stall = next(e for e in history if e["event"] == "stall")
     resumed = next(e for e in history if e["event"] == "exit")
     late = stall["silent_s"] - stall["budget_s"]
@@ -93,10 +89,11 @@ def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Dict[str
         "budget_s": stall["budget_s"],
         "detect_late_s": late,
         "incident_s": stall["incident_s"],
+        "incident_bytes": stall["incident_bytes"],
         "kill_s": stall["kill_s"],
         "stall_to_kill_s": late + stall["incident_s"] + stall["kill_s"],
         "kill_to_first_beat_s": resumed["first_beat_ts"] - stall["killed_ts"],
-        "kill_to_first_batch_s": resumed["first_step_ts"] - stall["killed_ts"],
+        "kill_to_first_batch_s": (resumed["first_step_ts"] or resumed["first_beat_ts"]) - stall["killed_ts"],
     }
 
 
