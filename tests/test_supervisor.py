@@ -220,6 +220,7 @@ def test_health_follows_the_run(tmp_path: Path) -> None:
         (["supervise", "--stall-timeout", "soon", "--", "true"], "expected seconds"),
         (["supervise", "--grace", "-1", "--", "true"], "invalid grace_s"),
         (["bogus"], "invalid choice"),
+        (["demo-data", "/proc/no-such-dir/demo"], "cannot write the demo dataset"),
         (["supervise", "--", "/nonexistent/trainer"], None),
     ],
 )

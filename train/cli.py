@@ -170,7 +170,10 @@ def _run(args: argparse.Namespace) -> int:
 def _demo_data(args: argparse.Namespace) -> int:
     from train.demo_data import write_demo_dataset
 
-    data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
+    try:
+        data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
+    except OSError as exc:
+        raise UsageError(f"cannot write the demo dataset to {args.directory}: {exc.strerror or exc}") from None
     print(data_yaml)
     return 0
 
