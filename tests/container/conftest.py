@@ -2,28 +2,30 @@
 
 Without a reachable daemon every Docker test skips, which the suite-wide rule
 in tests/conftest.py turns into a failure under CI. Builds use the locally
-bootstrapped base (``trainbox-base:bullseye``, .ci/docker-setup.sh) when it
-exists, and trust the host's locally added CAs (/usr/local/share/ca-certificates)
+bootstrapped bases (``trainbox-base:bullseye`` for cpu, ``trainbox-base:bookworm``
+for cuda; .ci/docker-setup.sh) when they exist, and trust the host's locally added CAs (/usr/local/share/ca-certificates)
 unless ``TRAINBOX_CA_CERTS`` says otherwise.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from train.container import build, engine
+from train.container import build, dotenv, engine, launch
 from train.container.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCAL_BASE = "trainbox-base:bullseye"
+#: Locally bootstrapped base image of each flavor that can be built here (no registry).
+LOCAL_BASES = {"CPU_BASE_IMAGE": "trainbox-base:bullseye", "CUDA_BASE_IMAGE": "trainbox-base:bookworm"}
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 #: UID:GID the containers run as: a non-root stand-in when the tests run as root.
 TEST_UID, TEST_GID = (4321, 4321) if os.getuid() == 0 else (os.getuid(), os.getgid())
@@ -46,8 +48,9 @@ def session_env(docker_api) -> Iterator[Dict[str, str]]:
     dotenv_path = ROOT / ".env"
     saved_dotenv = dotenv_path.read_text() if dotenv_path.exists() else None
     images = {tag for image in docker_api.images() for tag in image.get("RepoTags") or []}
-    if "TRAINBOX_CPU_BASE_IMAGE" not in os.environ and LOCAL_BASE in images:
-        os.environ["TRAINBOX_CPU_BASE_IMAGE"] = LOCAL_BASE
+    for key, local in LOCAL_BASES.items():
+        if "TRAINBOX_" + key not in os.environ and local in images:
+            os.environ["TRAINBOX_" + key] = local
     if "TRAINBOX_CA_CERTS" not in os.environ and any(LOCAL_CAS.glob("*.crt")):
         os.environ["TRAINBOX_CA_CERTS"] = str(LOCAL_CAS)
     os.environ["TRAINBOX_UID"], os.environ["TRAINBOX_GID"] = str(TEST_UID), str(TEST_GID)
@@ -60,16 +63,26 @@ def session_env(docker_api) -> Iterator[Dict[str, str]]:
         dotenv_path.write_text(saved_dotenv)
 
 
-@pytest.fixture(scope="session")
-def cpu_image(session_env) -> Dict[str, object]:
-    """Build (or bring up to date) trainbox:cpu once; returns tag, seconds and log."""
+def build_once(flavor: str) -> Dict[str, object]:
+    """Build (or bring up to date) trainbox:FLAVOR; returns tag, seconds and log."""
     log = io.StringIO()
     started = time.monotonic()
     try:
-        tag = build.build("cpu", ROOT, out=log)
+        tag = build.build(flavor, ROOT, out=log)
     except UserError as exc:
         pytest.fail(f"{exc}\n{log.getvalue()[-3000:]}")
     return {"tag": tag, "seconds": time.monotonic() - started, "log": log.getvalue()}
+
+
+@pytest.fixture(scope="session")
+def cpu_image(session_env) -> Dict[str, object]:
+    return build_once("cpu")
+
+
+@pytest.fixture(scope="session")
+def cuda_image(session_env) -> Dict[str, object]:
+    """The CUDA image, built here on the bootstrapped Debian 12 base; it runs on the CPU without a GPU."""
+    return build_once("cuda")
 
 
 def invoke(args: List[str], env: Dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
@@ -87,3 +100,58 @@ def invoke(args: List[str], env: Dict[str, str], timeout: float = 600) -> subpro
 def owner(path: Path) -> Tuple[int, int]:
     stat = path.stat()
     return stat.st_uid, stat.st_gid
+
+
+#: HostConfig/Config fields that `invoke train` and `docker compose up` must set identically.
+SAME_SETTINGS = ("NetworkMode", "ShmSize", "RestartPolicy", "GroupAdd", "Devices", "DeviceRequests", "Init")
+INSPECTED: Dict[str, Dict[str, Any]] = {}
+
+
+def events(run_dir: Path) -> List[Dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+
+
+def container_of(docker_api, run: str, timeout: float = 120) -> Dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"})
+        if found:
+            return docker_api.inspect_container(found[0]["Id"])
+        time.sleep(0.5)
+    raise AssertionError(f"no container for run {run}")
+
+
+def settings_of(inspected: Dict[str, Any]) -> Dict[str, Any]:
+    host, config = inspected["HostConfig"], inspected["Config"]
+    mounts = sorted((m["Destination"], m["Type"], m["RW"]) for m in inspected["Mounts"])
+    return {
+        **{key: host.get(key) for key in SAME_SETTINGS},
+        "User": config["User"],
+        "Mounts": mounts,
+        "Healthcheck": config.get("Healthcheck"),
+        "StopTimeout": config.get("StopTimeout"),
+        "Image": config["Image"],
+    }
+
+
+def assert_checkpoint(run_dir: Path) -> None:
+    last = run_dir / "train" / "weights" / "last.pt"
+    assert last.is_file(), f"no checkpoint in {run_dir}"
+    assert owner(last) == (TEST_UID, TEST_GID)
+    assert events(run_dir)[-1]["reason"] == "completed"
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path, session_env: Dict[str, str]) -> Path:
+    runs = tmp_path / "runs"
+    dotenv.ensure_owned_dir(runs, TEST_UID, TEST_GID)
+    return runs
+
+
+@pytest.fixture
+def run_name(request: pytest.FixtureRequest, docker_api) -> Iterator[str]:
+    """A run name unique to this test and session; its container is removed afterwards."""
+    name = f"{request.node.name.split('[')[0][5:25].replace('_', '-')}-{os.getpid()}"
+    yield name
+    for container in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={name}"}):
+        docker_api.remove_container(container["Id"], force=True)

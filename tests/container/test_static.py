@@ -1,6 +1,6 @@
-"""Static checks: pins equal env/, one definition per runtime path, the app layer
-shared verbatim, hadolint clean, and the rocm service as the issue specifies.
-No Docker needed."""
+"""Static checks: pins equal env/, one definition per runtime path, the locked
+packages and app layers shared verbatim, hadolint clean, and the rocm and cuda
+services as the issues specify. No Docker needed."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from typing import Dict, List
 import pytest
 import yaml
 
-from train.container import compose, dotenv, envfiles, locks
+from train.container import compose, dotenv, envfiles, flavors, locks
 from train.container.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILES = {"cpu": ROOT / "Dockerfile.cpu", "rocm": ROOT / "Dockerfile.rocm"}
+DOCKERFILES = {name: ROOT / flavors.get(name).dockerfile for name in flavors.NAMES}
 NOT_PINS = {"EXTRA_CA_CERTS_B64", "LOCK_SHA256", "SOURCE_COMMIT"}
-APP_BLOCK = re.compile(r"^# >>> app layer.*?^# <<< app layer$", re.S | re.M)
+SHARED_BLOCKS = ("locked packages", "app layer")
 
 
 @pytest.fixture(autouse=True)
@@ -82,18 +82,25 @@ def test_every_build_arg_is_a_label(flavor: str) -> None:
 def test_dockerfile_installs_only_its_hash_lock(flavor: str) -> None:
     text = DOCKERFILES[flavor].read_text().replace("\\\n", " ")
     installs = [line for line in text.splitlines() if "pip install" in line]
-    lock = f"/etc/trainbox/requirements/{flavor}.lock"
+    lock = "/etc/trainbox/requirements/image.lock"
     assert installs == [line for line in installs if "--no-deps --require-hashes --no-compile -r " + lock in line]
-    assert len(installs) == 1 and f"COPY env/requirements/{flavor}.lock " in text
+    assert len(installs) == 1 and re.findall(r"^COPY env/requirements/\S+ ", text, re.M) == [
+        f"COPY env/requirements/{flavor}.lock "
+    ]
     compile_step = "PYTHONHASHSEED=0 python -m compileall -f -q -j1 --invalidation-mode unchecked-hash"
     assert compile_step in installs[0] and "PYTHONDONTWRITEBYTECODE=1" in text
 
 
-def test_app_layer_is_shared_verbatim() -> None:
-    blocks = {flavor: APP_BLOCK.findall(path.read_text()) for flavor, path in DOCKERFILES.items()}
-    assert all(len(found) == 1 for found in blocks.values()), blocks
-    assert blocks["cpu"] == blocks["rocm"]
-    assert "COPY train/ " in blocks["cpu"][0]
+@pytest.mark.parametrize("block", SHARED_BLOCKS)
+def test_shared_blocks_are_verbatim(block: str) -> None:
+    pattern = re.compile(rf"^# >>> {block}.*?^# <<< {block}$", re.S | re.M)
+    found = {flavor: pattern.findall(path.read_text()) for flavor, path in DOCKERFILES.items()}
+    assert all(len(blocks) == 1 for blocks in found.values()), found
+    assert len({blocks[0] for blocks in found.values()}) == 1, f"{block} differs between the Dockerfiles"
+
+
+def test_app_layer_copies_the_code() -> None:
+    assert "COPY train/ " in DOCKERFILES["cpu"].read_text().split("# >>> app layer", 1)[1]
 
 
 @pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
@@ -107,7 +114,7 @@ def test_code_copied_after_dependencies(flavor: str) -> None:
 def test_no_buildkit_syntax() -> None:
     for path in DOCKERFILES.values():
         text = path.read_text()
-        assert "--mount=" not in text and "<<" not in text.replace("# <<< app layer", "")
+        assert "--mount=" not in text and "<<" not in re.sub(r"^# <<< .*$", "", text, flags=re.M)
         assert not text.startswith("# syntax")
 
 
@@ -121,7 +128,7 @@ def test_runtime_paths_written_once() -> None:
         *(ROOT / "train" / "container" / "image").glob("*.sh"),
     ]
     texts = {path: path.read_text() for path in sources}
-    for flavor in dotenv.FLAVORS:
+    for flavor in flavors.NAMES:
         for key, value in envfiles.runtime_env(flavor).items():
             if not value.startswith("/"):
                 continue
@@ -163,6 +170,23 @@ def test_rocm_service() -> None:
     assert rocm.build["dockerfile"] == "Dockerfile.rocm" and rocm.build["network"] == "host"
 
 
+def test_cuda_service() -> None:
+    cuda = compose.service("cuda", variables(), ROOT)
+    runtime = envfiles.runtime_env("cuda")
+    assert cuda.device_requests == [{"Driver": "nvidia", "Count": -1, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}]
+    assert not cuda.devices and not cuda.group_add
+    assert {v["target"] for v in cuda.named_volumes} == {runtime["TORCHINDUCTOR_CACHE_DIR"], runtime["TRITON_CACHE_DIR"]}
+    assert cuda.network_mode == "none" and cuda.build["dockerfile"] == "Dockerfile.cuda"
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILES["cuda"].read_text()
+
+
+def test_unsupported_deploy_settings_are_refused(tmp_path: Path) -> None:
+    text = (ROOT / "compose.yaml").read_text().replace("      resources:\n", "      replicas: 2\n      resources:\n", 1)
+    (tmp_path / "compose.yaml").write_text(text)
+    with pytest.raises(UserError, match=r"^compose.yaml service cuda: only deploy.resources.reservations.devices"):
+        compose.service("cuda", variables(), tmp_path)
+
+
 @pytest.mark.parametrize("flavor", sorted(DOCKERFILES))
 def test_compose_build_args_match_dockerfile(flavor: str) -> None:
     service = compose.service(flavor, variables(), ROOT)
@@ -190,21 +214,32 @@ def test_requirements_consistent() -> None:
     stack_packages = {"torch", "torchvision", "ultralytics", "numpy", "opencv-python-headless"}
     assert {"TORCH_VERSION", "TORCHVISION_VERSION", "ULTRALYTICS_VERSION", "NUMPY_VERSION", "OPENCV_VERSION"} <= set(pins)
     requirements = ROOT / "env/requirements"
-    pinned = {locks.normalize(name) for name, _ in locks._pinned_lines(requirements / "pins.txt")}
-    pinned |= {locks.normalize(name) for name, _ in locks._pinned_lines(requirements / "pins-cpu.txt")}
-    assert not pinned & stack_packages, "pins*.txt must not repeat env/stack.env pins"
-    assert "opencv-python" not in pinned
-    assert sorted(p.name for p in requirements.iterdir()) == ["cpu.lock", "pins-cpu.txt", "pins.txt", "rocm.lock"]
-    locked = {locks.normalize(pin.name) for pin in locks.pins("cpu", pins)}
+    pin_files = ["pins.txt", *(flavor.extra_pins for flavor in flavors.FLAVORS.values() if flavor.extra_pins)]
+    for name in pin_files:
+        pinned = {locks.normalize(package) for package, _ in locks._pinned_lines(requirements / name)}
+        assert not pinned & stack_packages, f"{name} must not repeat env/stack.env pins"
+        assert "opencv-python" not in pinned
+    locks_files = [f"{name}.lock" for name in flavors.NAMES]
+    assert sorted(p.name for p in requirements.iterdir()) == sorted(pin_files + locks_files)
     text = (ROOT / "pyproject.toml").read_text()
     declared = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[^"]*",?$', text.split("[project.optional-dependencies]")[0], re.M)
     declared += re.findall(r'^yolo = \["([A-Za-z0-9_.-]+)', text, re.M)
-    assert {locks.normalize(d) for d in declared} <= locked, f"pyproject needs {declared}, the cpu lock has {sorted(locked)}"
+    for flavor in ("cpu", "cuda"):
+        locked = {locks.normalize(pin.name) for pin in locks.pins(flavor, pins)}
+        assert {locks.normalize(d) for d in declared} <= locked, (
+            f"pyproject needs {declared}, the {flavor} lock has {sorted(locked)}"
+        )
 
 
-def test_cpu_lock_is_current() -> None:
-    """Fails on drift: env/ pins changed without `invoke lock --flavor cpu`, or an unhashed line."""
-    assert locks.check("cpu") == locks.lock_path("cpu")
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+def test_lock_is_current(flavor: str) -> None:
+    """Fails on drift: env/ pins changed without `invoke lock --flavor FLAVOR`, or an unhashed line."""
+    assert locks.check(flavor) == locks.lock_path(flavor)
+
+
+def test_ci_installs_the_cuda_lock() -> None:
+    """The native test environment is the CUDA image's packages, hash for hash."""
+    assert "pip install -q --require-hashes --no-deps -r env/requirements/cuda.lock" in (ROOT / ".ci/run").read_text()
 
 
 def test_rocm_lock_refused_with_one_line_until_generated_where_the_index_is_reachable() -> None:

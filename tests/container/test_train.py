@@ -11,68 +11,25 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import pytest
 
-from train.container import compose, dotenv, engine, envfiles, launch
+from train.container import compose, dotenv, engine, envfiles, flavors, launch
 from train.container.errors import UserError
 
-from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID, invoke, owner
-
-#: HostConfig/Config fields that `invoke train` and `docker compose up` must set identically.
-SAME_SETTINGS = ("NetworkMode", "ShmSize", "RestartPolicy", "GroupAdd", "Devices", "Init")
-INSPECTED: Dict[str, Dict[str, Any]] = {}
-
-
-def events(run_dir: Path) -> List[Dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-
-
-def container_of(docker_api, run: str, timeout: float = 120) -> Dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"})
-        if found:
-            return docker_api.inspect_container(found[0]["Id"])
-        time.sleep(0.5)
-    raise AssertionError(f"no container for run {run}")
-
-
-def settings_of(inspected: Dict[str, Any]) -> Dict[str, Any]:
-    host, config = inspected["HostConfig"], inspected["Config"]
-    mounts = sorted((m["Destination"], m["Type"], m["RW"]) for m in inspected["Mounts"])
-    return {
-        **{key: host.get(key) for key in SAME_SETTINGS},
-        "User": config["User"],
-        "Mounts": mounts,
-        "Healthcheck": config.get("Healthcheck"),
-        "StopTimeout": config.get("StopTimeout"),
-        "Image": config["Image"],
-    }
-
-
-def assert_checkpoint(run_dir: Path) -> None:
-    last = run_dir / "train" / "weights" / "last.pt"
-    assert last.is_file(), f"no checkpoint in {run_dir}"
-    assert owner(last) == (TEST_UID, TEST_GID)
-    assert events(run_dir)[-1]["reason"] == "completed"
-
-
-@pytest.fixture
-def runs_dir(tmp_path: Path, session_env: Dict[str, str]) -> Path:
-    runs = tmp_path / "runs"
-    dotenv.ensure_owned_dir(runs, TEST_UID, TEST_GID)
-    return runs
-
-
-@pytest.fixture
-def run_name(request: pytest.FixtureRequest, docker_api) -> Iterator[str]:
-    """A run name unique to this test and session; its container is removed afterwards."""
-    name = f"{request.node.name.split('[')[0][5:25].replace('_', '-')}-{os.getpid()}"
-    yield name
-    for container in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={name}"}):
-        docker_api.remove_container(container["Id"], force=True)
+from .conftest import (
+    FAST_SUPERVISOR,
+    INSPECTED,
+    ROOT,
+    TEST_GID,
+    TEST_UID,
+    assert_checkpoint,
+    container_of,
+    events,
+    invoke,
+    settings_of,
+)
 
 
 def env_with(session_env: Dict[str, str], **values: str) -> Dict[str, str]:
@@ -182,14 +139,14 @@ def test_compose_up_gives_the_same_result(docker_api, cpu_image, runs_dir: Path,
 def test_parser_agrees_with_docker_compose_config(session_env) -> None:
     dotenv.write(ROOT, dotenv.settings("cpu"))
     result = subprocess.run(
-        ["docker", "compose", "--profile", "cpu", "--profile", "rocm", "config", "--format", "json"],
+        ["docker", "compose", "--profile", "cpu", "--profile", "rocm", "--profile", "cuda", "config", "--format", "json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     )
     reference = json.loads(result.stdout)["services"]
-    for name in ("cpu", "rocm"):
+    for name in flavors.NAMES:
         ours = compose.service(name, dotenv.variables(dotenv.settings("cpu")), ROOT)
         theirs = reference[name]
         assert ours.image == theirs["image"] and ours.user == theirs["user"]
@@ -204,6 +161,10 @@ def test_parser_agrees_with_docker_compose_config(session_env) -> None:
         named = [v["target"] for v in theirs["volumes"] if v["type"] == "volume"]
         assert [v["target"] for v in ours.named_volumes] == named
         assert ours.stop_grace_s == compose.parse_duration(theirs["stop_grace_period"])
+        devices = ((theirs.get("deploy") or {}).get("resources") or {}).get("reservations", {}).get("devices", [])
+        assert [(r["Driver"], r["Count"], r["Capabilities"]) for r in ours.device_requests] == [
+            (d["driver"], -1 if d["count"] in ("all", -1) else int(d["count"]), [d["capabilities"]]) for d in devices
+        ]
 
 
 def test_device_passthrough_and_groups_with_stand_in_nodes(

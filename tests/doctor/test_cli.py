@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 
-from tests.doctor.conftest import host
+from tests.doctor.conftest import H100_DRIVER, host
 from train.doctor import cli
 
 
@@ -36,3 +36,26 @@ def test_failure_ends_its_line_with_the_fix(host_copy, capsys: pytest.CaptureFix
     assert status == 1
     (line,) = [text for text in out.splitlines() if text.startswith("FAIL")]
     assert line.startswith("FAIL  amdgpu: ") and "-> fix: sudo modprobe amdgpu" in line
+
+
+def test_h100_host_defaults_to_cuda(h100_host, capsys: pytest.CaptureFixture) -> None:
+    status, out = _run(["--root", str(h100_host()), "--no-docker", "--min-free-gib", "1"], capsys)
+    assert status == 0, out
+    assert f"ok    nvidia driver: driver {H100_DRIVER} runs CUDA 13.2" in out
+    assert "the cuda image needs about 1 GiB" in out
+
+
+def test_old_driver_fails_on_the_cli(h100_host, capsys: pytest.CaptureFixture) -> None:
+    status, out = _run(["--root", str(h100_host(driver="535.183.01")), "--no-docker", "--min-free-gib", "1"], capsys)
+    assert status == 1
+    (line,) = [text for text in out.splitlines() if text.startswith("FAIL")]
+    assert line.endswith("-> fix: upgrade the NVIDIA driver to >= 580.65.06 (CUDA 13.2 in the image)")
+
+
+def test_flavor_choices_and_default_in_the_help() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert parser.parse_args(["--flavor", "cuda"]).flavor == "cuda"
+    help_text = " ".join(parser.format_help().split())
+    assert "{rocm,cuda,cpu}" in help_text
+    assert "rocm when /dev/kfd exists, cuda when /dev/nvidiactl exists, else cpu" in help_text

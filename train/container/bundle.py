@@ -31,7 +31,7 @@ import docker
 from docker.errors import APIError, ImageNotFound
 
 from train.atomic import atomic_writer
-from train.container import compose, dotenv, engine, envfiles, fingerprint, locks
+from train.container import compose, dotenv, engine, envfiles, fingerprint, flavors, locks
 from train.container.errors import UserError
 
 FORMAT = "trainbox-bundle/1"
@@ -155,7 +155,7 @@ def bundle(
     progress = progress or sys.stderr
     attrs = _inspect(client, ref)
     flavor = ((attrs.get("Config") or {}).get("Labels") or {}).get(FLAVOR_LABEL)
-    if flavor not in dotenv.FLAVORS:
+    if flavor not in flavors.FLAVORS:
         raise UserError(f"image {ref} has no {FLAVOR_LABEL} label: bundle an image built by `invoke build`")
     out = Path(out)
     if not out.parent.is_dir():
@@ -340,7 +340,7 @@ def _dotenv_values(flavor: str, target: Path) -> Dict[str, str]:
     """This host's .env values with the bundle's pins, runtime paths, lock digest and source commit (TRAINBOX_<KEY> wins)."""
     values = dotenv.settings(flavor)
     bundled = envfiles.read_env_file(target / ENV_DIR / envfiles.STACK_FILE.name)
-    for path in envfiles.FLAVOR_ENV_FILES[flavor]:
+    for path in flavors.get(flavor).env_paths():
         runtime = envfiles.read_env_file(target / ENV_DIR / path.name)
         bundled.update({key: value for key, value in runtime.items() if key in values})
     lock = target / _lock_part(flavor)
@@ -379,7 +379,7 @@ def restore(
             raise UserError(f"bundle {path} has manifest sha256 {opened.digest}, not the expected {expected_digest}")
         image = opened.manifest.get("image") or {}
         flavor, tags, image_id = image.get("flavor"), list(image.get("tags") or []), image.get("id")
-        if flavor not in dotenv.FLAVORS or not tags or not image_id:
+        if flavor not in flavors.FLAVORS or not tags or not image_id:
             raise UserError(f"bundle {path}: manifest lacks the image's flavor, tags or ID")
         conflicts = _file_conflicts(opened, target)
         if conflicts:
@@ -407,7 +407,8 @@ def report(restored: Restored, out: Optional[TextIO] = None) -> None:
     """Tell the user what was restored and what to run next."""
     out = out or sys.stdout
     out.write(f"restored {', '.join(restored.tags)} = {restored.image_id} ({restored.flavor}); wrote {restored.dotenv_path}\n")
-    if restored.flavor == "rocm" and not dotenv.KFD_DEVICE.exists():
-        out.write("note: this host has no /dev/kfd: the rocm image needs the amdgpu driver and an AMD GPU\n")
+    host_flavor = flavors.default_for_host()
+    if restored.flavor != "cpu" and host_flavor != restored.flavor:
+        out.write(f"note: this host has no {restored.flavor} GPU: {flavors.get(restored.flavor).no_gpu_fix}\n")
     for command in restored.next_commands:
         out.write(f"next: {command}\n")

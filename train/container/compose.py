@@ -37,6 +37,7 @@ RUN_KEYS = frozenset(
         "group_add",
         "init",
         "command",
+        "deploy",
     }
 )
 #: Service keys that do not affect a created container.
@@ -120,6 +121,8 @@ class Service:
     init: Optional[bool] = None
     command: Optional[List[str]] = None
     build: Dict[str, Any] = field(default_factory=dict)
+    #: GPUs to reserve, as the Engine API's DeviceRequests (Driver, Count, DeviceIDs, Capabilities, Options).
+    device_requests: List[Dict[str, Any]] = field(default_factory=list)
 
 
 def load(variables: Mapping[str, str], path: Path = COMPOSE_FILE) -> Dict[str, Any]:
@@ -158,6 +161,27 @@ def _device(value: Any) -> str:
     return ":".join(parts)
 
 
+def _device_requests(name: str, deploy: Any) -> List[Dict[str, Any]]:
+    """``deploy.resources.reservations.devices`` as compose hands them to the Engine (``count: all`` is -1);
+    any other ``deploy`` setting is refused, since ``docker compose up`` ignores or rejects it outside swarm."""
+    devices = (((deploy or {}).get("resources") or {}).get("reservations") or {}).get("devices")
+    if deploy != {"resources": {"reservations": {"devices": devices}}} or not isinstance(devices, list):
+        raise UserError(f"compose.yaml service {name}: only deploy.resources.reservations.devices is supported by invoke")
+    requests = []
+    for device in devices:
+        count = device.get("count")
+        requests.append(
+            {
+                "Driver": str(device.get("driver", "")),
+                "Count": -1 if count == "all" else int(count or 0),
+                "DeviceIDs": [str(i) for i in device.get("device_ids") or []],
+                "Capabilities": [[str(c) for c in device.get("capabilities") or []]],
+                "Options": {str(k): str(v) for k, v in (device.get("options") or {}).items()},
+            }
+        )
+    return requests
+
+
 def service(name: str, variables: Mapping[str, str], root: Path = COMPOSE_FILE.parent) -> Service:
     """Resolve service ``name``; relative bind sources are taken from ``root`` like compose does."""
     document = load(variables, root / COMPOSE_FILE.name)
@@ -185,6 +209,7 @@ def service(name: str, variables: Mapping[str, str], root: Path = COMPOSE_FILE.p
         init=spec.get("init"),
         command=[str(item) for item in spec["command"]] if "command" in spec else None,
         build=dict(spec.get("build") or {}),
+        device_requests=_device_requests(name, spec["deploy"]) if "deploy" in spec else [],
     )
     for volume in spec.get("volumes", []):
         if not isinstance(volume, dict):

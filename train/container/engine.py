@@ -17,7 +17,7 @@ def api() -> docker.APIClient:
         client.ping()
     except DockerException as exc:
         raise UserError(
-            f"Docker daemon not reachable ({_short(exc)}): start it (e.g. `sudo systemctl start docker`"
+            f"Docker daemon not reachable ({short(exc)}): start it (e.g. `sudo systemctl start docker`"
             " or .ci/docker-setup.sh) and check that you may use it (docker group)"
         ) from None
     return client
@@ -31,6 +31,7 @@ def image(client: docker.APIClient, tag: str, flavor: str) -> Dict[str, Any]:
         raise UserError(f"image {tag} not found: run `invoke build --flavor {flavor}`") from None
 
 
-def _short(exc: BaseException) -> str:
+def short(exc: BaseException) -> str:
+    """The last line of an engine error, at most 160 characters."""
     text = str(exc).strip().splitlines()
     return text[-1][:160] if text else type(exc).__name__

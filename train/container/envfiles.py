@@ -8,21 +8,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
+from train.container import flavors
 from train.container.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENV_DIR = REPO_ROOT / "env"
+ENV_DIR = flavors.ENV_DIR
 STACK_FILE = ENV_DIR / "stack.env"
-RUNTIME_FILE = ENV_DIR / "runtime.env"
-GFX1010_FILE = ENV_DIR / "gfx1010.env"
-
-#: Runtime environment files baked into each flavor's image, in load order.
-FLAVOR_ENV_FILES: Dict[str, List[Path]] = {
-    "cpu": [RUNTIME_FILE],
-    "rocm": [GFX1010_FILE, RUNTIME_FILE],
-}
 
 _LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
 
@@ -49,6 +42,6 @@ def stack() -> Dict[str, str]:
 def runtime_env(flavor: str) -> Dict[str, str]:
     """The environment a container of ``flavor`` starts with (before overrides)."""
     merged: Dict[str, str] = {}
-    for path in FLAVOR_ENV_FILES[flavor]:
+    for path in flavors.get(flavor).env_paths():
         merged.update(read_env_file(path))
     return merged

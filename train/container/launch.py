@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
 
 import docker
-from docker.types import Mount
+from docker.types import DeviceRequest, Mount
 
-from train.container import build, compose, dotenv, engine, envfiles
+from train.container import build, compose, dotenv, engine, envfiles, flavors
 from train.container.errors import UserError
 
 RUN_LABEL = "io.trainbox.run"
@@ -70,7 +70,7 @@ def check_devices(service: compose.Service) -> None:
     for device in service.devices:
         host_path = Path(device.split(":")[0])
         if not host_path.exists():
-            raise UserError(f"{host_path} missing: no ROCm GPU driver on this host; use --flavor cpu or load amdgpu")
+            raise UserError(f"{host_path} missing: {flavors.get(service.name).no_gpu_fix}")
 
 
 def create_kwargs(service: compose.Service, labels: Dict[str, str]) -> Dict[str, Any]:
@@ -103,7 +103,14 @@ def host_config_kwargs(service: compose.Service) -> Dict[str, Any]:
         "devices": service.devices or None,
         "group_add": service.group_add or None,
         "init": service.init,
+        "device_requests": [DeviceRequest(**_sdk_keys(r)) for r in service.device_requests] or None,
     }
+
+
+def _sdk_keys(request: Dict[str, Any]) -> Dict[str, Any]:
+    """Engine API DeviceRequest fields (Driver, DeviceIDs, ...) -> docker.types.DeviceRequest arguments."""
+    names = {"DeviceIDs": "device_ids"}
+    return {names.get(key, key.lower()): value for key, value in request.items()}
 
 
 def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
@@ -160,7 +167,14 @@ def start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Service
         raise
     user = (service.user or "0:0").split(":")
     dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
-    client.start(container["Id"])
+    try:
+        client.start(container["Id"])
+    except docker.errors.APIError as exc:
+        if not service.device_requests or "device driver" not in str(exc):
+            raise
+        client.remove_container(container["Id"], force=True)
+        fix = flavors.get(request.flavor).no_gpu_fix
+        raise UserError(f"Docker cannot give the container a GPU ({engine.short(exc)}): {fix}") from None
     return client, container["Id"], service
 
 
@@ -245,7 +259,9 @@ def shell_command(run: Optional[str], flavor: str, root: Path) -> List[str]:
     mounts = [
         f"--mount=type=bind,src={b['source']},dst={b['target']}{',readonly' if b['read_only'] else ''}" for b in service.binds
     ]
-    return ["docker", "run", "--rm", "-it", "--network", service.network_mode or "none", *user, *mounts, service.image, "bash"]
+    gpus = ["--gpus", "all"] if service.device_requests else []
+    network = ["--network", service.network_mode or "none"]
+    return ["docker", "run", "--rm", "-it", *network, *gpus, *user, *mounts, service.image, "bash"]
 
 
 def exec_shell(command: List[str]) -> None:

@@ -1,6 +1,6 @@
 """``python -m train doctor``: what stands between this machine and a training run, each failure with its fix.
 
-Host side (``kfd``, ``devices``, ``host``, ``checkup``, ``report``, ``cli``)
+Host side (``kfd``, ``devices``, ``nvidia``, ``host``, ``checkup``, ``report``, ``cli``)
 never imports torch or ultralytics; every check takes a ``root`` path so it
 runs against the real ``/`` or a recorded sysfs/dev tree
 (``tests/fixtures/hosts/``). ``inside`` runs in the image

@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Mapping, Optional
 
-from train.doctor import devices, host, kfd
+from train.container import flavors
+from train.doctor import devices, host, kfd, nvidia
 from train.doctor.devices import Identity
 from train.doctor.result import Check
 
-FLAVORS = ("rocm", "cpu")
-
-
-def default_flavor(root: Path) -> str:
-    """rocm when ``<root>/dev/kfd`` exists, else cpu (as ``invoke train`` decides)."""
-    return "rocm" if (Path(root) / devices.KFD).exists() else "cpu"
+FLAVORS = flavors.NAMES
+#: rocm when ``<root>/dev/kfd`` exists, else cuda when ``<root>/dev/nvidiactl`` does, else cpu (as ``invoke train``).
+default_flavor = flavors.default_for_host
 
 
 def host_checks(
@@ -26,7 +24,7 @@ def host_checks(
     image_tag: Optional[str] = None,
     min_free: Optional[int] = None,
 ) -> List[Check]:
-    """Driver, devices and groups, GPU arch/override/kdb, shared memory, then Docker, disk and image.
+    """Drivers, devices and groups, GPU arch/override/kdb, the NVIDIA runtime, shared memory, then Docker, disk and image.
 
     ``image_tag``: check the Docker Engine, its free disk and this image;
     None checks free disk at ``root`` and leaves Docker out. ``min_free``:
@@ -40,6 +38,7 @@ def host_checks(
     checks.extend(devices.check_devices(root, identity))
     checks.extend(devices.check_nvidia_devices(root, identity))
     checks.extend(kfd.check_topology(root, configured_override, kfd.image_kdbs(stack)))
+    checks.extend(nvidia.check_host(root, flavor, stack))
     checks.append(host.check_shm(root / "dev/shm"))
     if image_tag is None:
         checks.append(host.check_disk(root, flavor, min_free))
@@ -50,7 +49,10 @@ def host_checks(
         checks.append(host.check_disk(root, flavor, min_free))
         return checks
     try:
-        checks.append(host.check_disk(host.docker_root(client), flavor, min_free))
+        info = host.docker_info(client)
+        if flavor == "cuda":
+            checks.append(nvidia.check_docker_gpus(host.docker_runtimes(info), root))
+        checks.append(host.check_disk(host.docker_root(info), flavor, min_free))
         checks.append(host.check_image(client, image_tag, flavor, stack))
     finally:
         client.close()

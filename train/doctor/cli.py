@@ -1,10 +1,11 @@
 """``python -m train doctor [--inside]``: the handler ``train/cli.py`` wires in.
 
 On the host it checks devices, groups, driver, GPU arch → HSA override and
-kdb, shared memory, Docker, free disk and the image, and writes compose's
-``.env`` (through ``train.container.dotenv``) unless ``--no-env``. Inside the
-image (``--inside``) it checks what the training process will really load.
-Exit status 1 when a check failed, else 0.
+kdb, the NVIDIA driver version and Container Toolkit (cuda flavor), shared
+memory, Docker (and whether it can hand out NVIDIA GPUs), free disk and the
+image, and writes compose's ``.env`` (through ``train.container.dotenv``)
+unless ``--no-env``. Inside the image (``--inside``) it checks what the
+training process will really load. Exit status 1 when a check failed, else 0.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ INSIDE_FIX = "run the host doctor from the trainbox checkout; inside the image r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inside", action="store_true", help="check the training environment inside the image")
     parser.add_argument(
-        "--flavor", choices=checkup.FLAVORS, default=None, help="image flavor (default: rocm when /dev/kfd exists)"
+        "--flavor",
+        choices=checkup.FLAVORS,
+        default=None,
+        help="image flavor (default: rocm when /dev/kfd exists, cuda when /dev/nvidiactl exists, else cpu)",
     )
     parser.add_argument("--root", type=Path, default=Path("/"), help="filesystem root to inspect (a recorded host tree)")
     parser.add_argument("--no-docker", action="store_true", help="leave out the Docker Engine and image checks")

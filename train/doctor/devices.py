@@ -148,7 +148,7 @@ def check_devices(root: Path, identity: Identity) -> List[Check]:
     kfd = root / KFD
     nodes = render_nodes(root)
     if not kfd.exists() and not nodes:
-        return [not_applicable("amd devices", "no /dev/kfd and no /dev/dri/renderD* (no AMD GPU): the cpu flavor applies")]
+        return [not_applicable("amd devices", "no /dev/kfd and no /dev/dri/renderD* (no AMD GPU): not for the rocm flavor")]
     groups = read_groups(root)
     video, render = device_gids(root)
     added = frozenset(gid for gid in (video, render) if gid is not None)

@@ -8,14 +8,37 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from string import Template
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from train.doctor.devices import AMD_VENDOR
 from train.doctor.result import Check, fail, not_applicable, ok, warn
 
 GIB = 1024**3
-#: Free space to build a flavor's image (the rocm5.2 torch wheel alone unpacks to about 8 GB; plus ROCm, MIOpen, layers).
-IMAGE_FREE_BYTES = {"rocm": 40 * GIB, "cpu": 10 * GIB}
+#: Free space to build a flavor's image (the rocm5.2 torch wheel alone unpacks to about 8 GB; plus ROCm, MIOpen, layers;
+#: the cuda image is 10-12 GB: torch 2 and the CUDA 13 runtime, cuDNN, cuBLAS and NCCL wheels).
+IMAGE_FREE_BYTES = {"rocm": 40 * GIB, "cuda": 25 * GIB, "cpu": 10 * GIB}
+#: Each flavor's ``io.trainbox.*`` labels (after ``flavor``) as its Dockerfile's LABEL writes them, over env/stack.env.
+IMAGE_LABELS: Dict[str, Dict[str, str]] = {
+    "rocm": {
+        "python": "${ROCM_PYTHON}",
+        "torch": "${TORCH_VERSION}+${TORCH_ROCM_LOCAL}",
+        "torchvision": "${TORCHVISION_VERSION}+${TORCH_ROCM_LOCAL}",
+        "rocm": "${ROCM_VERSION}",
+        "miopen": "${MIOPEN}",
+        "miopen-kdb": "${MIOPEN_KDB_PACKAGE}=${MIOPEN_KDB_VERSION}",
+    },
+    "cuda": {
+        "python": "${CUDA_PYTHON}",
+        "torch": "${CUDA_TORCH_VERSION}",
+        "torchvision": "${CUDA_TORCHVISION_VERSION}",
+        "cuda-runtime": "${CUDA_RUNTIME_VERSION}",
+        "cuda-min-driver": "${CUDA_MIN_DRIVER}",
+    },
+    "cpu": {"python": "${CPU_PYTHON}", "torch": "${TORCH_VERSION}", "torchvision": "${TORCHVISION_VERSION}"},
+}
+#: Labels every flavor carries with the same pins.
+SHARED_LABELS = {"ultralytics": "${ULTRALYTICS_VERSION}", "numpy": "${NUMPY_VERSION}", "opencv": "${OPENCV_VERSION}"}
 #: /dev/shm below this breaks DataLoader workers at realistic batch sizes (Docker's default is 64 MB).
 SHM_MIN_BYTES = 2 * GIB
 DOCKER_ROOT = Path("/var/lib/docker")
@@ -59,7 +82,7 @@ def check_driver(root: Path) -> List[Check]:
     else:
         checks.append(not_applicable("amdgpu", "amdgpu not loaded and no AMD display device on the PCI bus"))
     if module_loaded(root, "nvidia"):
-        checks.append(ok("nvidia", "kernel module nvidia loaded (CUDA: train natively with `python -m train run`)"))
+        checks.append(ok("nvidia", "kernel module nvidia loaded (the cuda flavor trains on it)"))
     return checks
 
 
@@ -113,34 +136,28 @@ def docker_client() -> Tuple[Optional[Any], Check]:
     return client, ok("docker", f"Docker Engine {version.get('Version', '?')} reachable")
 
 
-def docker_root(client: Any) -> Path:
+def docker_info(client: Any) -> Dict[str, Any]:
+    """``docker info`` as the SDK returns it; empty when the daemon does not answer."""
     try:
-        return Path(client.info().get("DockerRootDir") or DOCKER_ROOT)
-    except Exception:  # noqa: BLE001 - any failure to ask leaves the documented default
-        return DOCKER_ROOT
+        return dict(client.info())
+    except Exception:  # noqa: BLE001 - any failure to ask leaves the documented defaults
+        return {}
+
+
+def docker_root(info: Mapping[str, Any]) -> Path:
+    """Where the daemon keeps images (``DockerRootDir`` of :func:`docker_info`), else the documented default."""
+    return Path(info.get("DockerRootDir") or DOCKER_ROOT)
+
+
+def docker_runtimes(info: Mapping[str, Any]) -> List[str]:
+    """Names of the daemon's configured runtimes (``runc``, ``nvidia``, ...) from :func:`docker_info`."""
+    return sorted(info.get("Runtimes") or {})
 
 
 def expected_labels(flavor: str, stack: Mapping[str, str]) -> Dict[str, str]:
     """``io.trainbox.*`` labels an image built from the current env/stack.env carries (see the Dockerfiles' LABEL)."""
-    torch_local = f"+{stack['TORCH_ROCM_LOCAL']}" if flavor == "rocm" else ""
-    labels = {
-        "io.trainbox.flavor": flavor,
-        "io.trainbox.python": stack["ROCM_PYTHON" if flavor == "rocm" else "CPU_PYTHON"],
-        "io.trainbox.torch": stack["TORCH_VERSION"] + torch_local,
-        "io.trainbox.torchvision": stack["TORCHVISION_VERSION"] + torch_local,
-        "io.trainbox.ultralytics": stack["ULTRALYTICS_VERSION"],
-        "io.trainbox.numpy": stack["NUMPY_VERSION"],
-        "io.trainbox.opencv": stack["OPENCV_VERSION"],
-    }
-    if flavor == "rocm":
-        labels.update(
-            {
-                "io.trainbox.rocm": stack["ROCM_VERSION"],
-                "io.trainbox.miopen": stack["MIOPEN"],
-                "io.trainbox.miopen-kdb": f"{stack['MIOPEN_KDB_PACKAGE']}={stack['MIOPEN_KDB_VERSION']}",
-            }
-        )
-    return labels
+    templates = {**IMAGE_LABELS[flavor], **SHARED_LABELS}
+    return {"io.trainbox.flavor": flavor, **{f"io.trainbox.{key}": Template(t).substitute(stack) for key, t in templates.items()}}
 
 
 def compare_labels(tag: str, flavor: str, labels: Optional[Mapping[str, str]], stack: Mapping[str, str]) -> Check:

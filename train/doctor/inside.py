@@ -8,6 +8,11 @@
 * where the user find-db and the compiled-kernel cache live
   (``$MIOPEN_USER_DB_PATH`` / ``$MIOPEN_CUSTOM_CACHE_DIR``, defaults under
   ``$HOME``) and whether they are on a mount that outlives the container;
+* on CUDA: device 0's compute capability (and whether the torch build has
+  kernels for it), the CUDA version torch was built with and cuDNN's;
+  where torch.compile caches (``$TORCHINDUCTOR_CACHE_DIR``, else
+  ``<tmp>/torchinductor_<user>``; ``$TRITON_CACHE_DIR``, else under the
+  former) and whether that outlives the container;
 * whether HIP/CUDA sees a device, and a tiny convolution timed cold, then warm.
 
 The wheel's own MIOpen (embedded databases) never reads kdb files from disk
@@ -21,10 +26,13 @@ imports this module's parent package without it.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from train.doctor import elf, kfd
 from train.doctor.mounts import MOUNTINFO, Mount, mount_of, parse_mountinfo
@@ -33,6 +41,26 @@ from train.doctor.result import Check, fail, not_applicable, ok, warn
 PROC_MAPS = Path("/proc/self/maps")
 CONV_LIBRARIES = {"rocm": "libMIOpen", "cuda": "libcudnn"}
 VOLUME_FIX = "mount a volume there (compose's rocm service mounts miopen-db and miopen-kernels); restarts recompile otherwise"
+COMPILE_CACHE_FIX = (
+    "mount a volume there (compose's cuda service mounts torch-inductor and torch-triton on $TORCHINDUCTOR_CACHE_DIR"
+    " and $TRITON_CACHE_DIR, env/cuda.env); torch.compile recompiles at every start otherwise"
+)
+#: ``sm_90`` (a cubin: runs on 9.x from 9.0 up), ``sm_90a`` (only on 9.0), ``compute_90`` (PTX: JIT-compiled on 9.0 and newer).
+_CUDA_ARCH = re.compile(r"(sm|compute)_(\d+)(\d)([af]?)")
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """What torch says about CUDA device 0 and the CUDA libraries it was built with."""
+
+    name: str
+    capability: Tuple[int, int]
+    #: ``torch.version.cuda``, e.g. ``13.2``.
+    cuda: str
+    #: ``torch.backends.cudnn.version()``: None when torch has no usable cuDNN.
+    cudnn: Optional[int]
+    #: ``torch.cuda.get_arch_list()``, e.g. ``sm_90``, ``compute_120``.
+    arch_list: Tuple[str, ...]
 
 
 def loaded_libraries(maps_text: str, stem: str) -> List[str]:
@@ -76,16 +104,115 @@ def check_kdb(library: Path, kdb: str, environ: Mapping[str, str]) -> Check:
     )
 
 
-def check_cache_dir(name: str, directory: Path, mounts: List[Mount]) -> Check:
-    """Whether ``directory`` is writable and on a mount that survives the container."""
+def check_cache_dir(name: str, directory: Path, mounts: List[Mount], fix: str = VOLUME_FIX) -> Check:
+    """Whether ``directory`` is writable and on a mount that survives the container; ``fix`` says which volume to add."""
     mount = mount_of(str(directory), mounts)
     where = mount.describe() if mount else "no mount found in mountinfo"
     existing = next((p for p in [directory, *directory.parents] if p.exists()), Path("/"))
     if not os.access(existing, os.W_OK):
-        return fail(name, f"{directory}: not writable ({existing} is read-only for this user)", VOLUME_FIX)
+        return fail(name, f"{directory}: not writable ({existing} is read-only for this user)", fix)
     if mount is None or not mount.persistent:
-        return fail(name, f"{directory}: {where}", VOLUME_FIX)
+        return fail(name, f"{directory}: {where}", fix)
     return ok(name, f"{directory}: {where}")
+
+
+def compile_cache_dirs(environ: Mapping[str, str], user: str) -> Tuple[Path, Path]:
+    """(inductor, triton) cache directories of torch.compile, as torch/_inductor/runtime/cache_dir_utils.py picks them.
+
+    Inductor: ``$TORCHINDUCTOR_CACHE_DIR``, else ``torchinductor_<user>`` in
+    the temporary directory (``$TMPDIR``, ``$TEMP``, ``$TMP``, else /tmp).
+    Triton: ``$TRITON_CACHE_DIR``, else ``<inductor>/triton/<device>`` (device 0).
+    """
+    tmp = next((environ[key] for key in ("TMPDIR", "TEMP", "TMP") if environ.get(key)), "/tmp")
+    inductor = Path(environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tmp) / f"torchinductor_{user}")
+    triton = Path(environ.get("TRITON_CACHE_DIR") or inductor / "triton" / "0")
+    return inductor, triton
+
+
+def cache_user() -> str:
+    """The user name in inductor's default cache directory; ``uid_<n>`` for a UID without a passwd entry (as torch does)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid_{os.getuid()}"
+
+
+def check_compile_caches(environ: Mapping[str, str], user: str, mounts: List[Mount]) -> List[Check]:
+    """Whether torch.compile's kernel caches outlive the container (else every start compiles again, minutes)."""
+    inductor, triton = compile_cache_dirs(environ, user)
+    return [
+        check_cache_dir("inductor cache", inductor, mounts, COMPILE_CACHE_FIX),
+        check_cache_dir("triton cache", triton, mounts, COMPILE_CACHE_FIX),
+    ]
+
+
+def cudnn_version_text(version: int) -> str:
+    """``torch.backends.cudnn.version()`` as text: 91002 → 9.10.2 (cuDNN 9 packs major*10000), 8907 → 8.9.7 (major*1000)."""
+    major, rest = divmod(version, 10000) if version >= 90000 else divmod(version, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def runs_on(capability: Tuple[int, int], arch_list: Sequence[str]) -> bool:
+    """Whether a torch built for ``arch_list`` has kernels for a GPU of compute ``capability``.
+
+    A cubin (``sm_XY``) runs on the same major from its minor up; an
+    arch-specific one (``sm_90a``) only on exactly that capability; PTX
+    (``compute_XY``) is JIT-compiled by the driver for that capability and newer.
+    """
+    for arch in arch_list:
+        match = _CUDA_ARCH.fullmatch(arch)
+        if match is None:
+            continue
+        kind, built, suffix = match.group(1), (int(match.group(2)), int(match.group(3))), match.group(4)
+        if suffix == "a":
+            fits = built == capability
+        elif kind == "compute":
+            fits = built <= capability
+        else:
+            fits = built[0] == capability[0] and built[1] <= capability[1]
+        if fits:
+            return True
+    return False
+
+
+def check_cuda(device: CudaDevice) -> Check:
+    """Device 0's compute capability against the build's kernels, and the CUDA and cuDNN versions torch uses."""
+    major, minor = device.capability
+    shown = f"{device.name}, compute capability {major}.{minor} (sm_{major}{minor}), CUDA {device.cuda}"
+    if not runs_on(device.capability, device.arch_list):
+        return fail(
+            "cuda",
+            f"{shown}: this torch has kernels for {', '.join(device.arch_list) or 'no arch'} only",
+            f"pin a torch with sm_{major}{minor} kernels (CUDA_TORCH_VERSION in env/stack.env), `invoke build --flavor cuda`",
+        )
+    if device.cudnn is None:
+        return fail(
+            "cuda",
+            f"{shown}, no cuDNN: convolutions run on slow fallback kernels",
+            "rebuild the image (`invoke build --flavor cuda`): torch needs the nvidia-cudnn wheel from cuda.lock",
+        )
+    return ok("cuda", f"{shown}, cuDNN {cudnn_version_text(device.cudnn)}")
+
+
+def no_cuda_reason(hip: Optional[str], cuda: Optional[str]) -> str:
+    """Why the CUDA checks do not apply, from ``torch.version.hip`` and ``torch.version.cuda`` (no CUDA device visible)."""
+    if hip:
+        return f"a ROCm build of torch (HIP {hip}), not CUDA"
+    if cuda:
+        return f"torch.cuda.is_available() is False (CUDA {cuda} build, no NVIDIA GPU visible)"
+    return "a CPU build of torch (no CUDA)"
+
+
+def cuda_device(torch: Any) -> CudaDevice:
+    """The :class:`CudaDevice` of device 0, from torch (only with a visible CUDA device)."""
+    props = torch.cuda.get_device_properties(0)
+    return CudaDevice(
+        name=props.name,
+        capability=(props.major, props.minor),
+        cuda=torch.version.cuda,
+        cudnn=torch.backends.cudnn.version(),
+        arch_list=tuple(torch.cuda.get_arch_list()),
+    )
 
 
 def _backend(torch: Any) -> Optional[str]:
@@ -111,7 +238,7 @@ def check_device(torch: Any, backend: Optional[str]) -> Check:
     build = f"torch {torch.__version__}"
     if backend is None:
         if getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None):
-            return not_applicable("gpu", f"{build}: no GPU visible; training runs on the CPU")
+            return not_applicable("gpu", f"{build}: torch.cuda.is_available() is False; training runs on the CPU")
         return not_applicable("gpu", f"{build} is a CPU build; training runs on the CPU")
     if not torch.cuda.is_available():
         return fail(
@@ -143,7 +270,13 @@ def timed_convolution(torch: Any, device: str) -> Tuple[float, float]:
     return times[0], times[1]
 
 
+def is_main_library(path: str, stem: str) -> bool:
+    """``libcudnn.so.9`` or a wheel's renamed ``libcudnn-1a2b3c4d.so.9``, not a part of it such as ``libcudnn_ops.so.9``."""
+    return re.fullmatch(rf"{re.escape(stem)}(-[0-9a-f]+)?\.so(\.[0-9.]+)?", Path(path).name) is not None
+
+
 def check_library(maps_text: str, backend: Optional[str]) -> Tuple[Check, Optional[Path]]:
+    """The convolution library mapped into this process; two copies of it (not cuDNN 9's sub-libraries) warn."""
     if backend is None:
         return not_applicable("conv library", "no GPU convolution library: convolutions run on the CPU"), None
     stem = CONV_LIBRARIES[backend]
@@ -152,12 +285,16 @@ def check_library(maps_text: str, backend: Optional[str]) -> Tuple[Check, Option
         return fail(
             "conv library", f"no {stem} mapped after a GPU convolution", "check the torch build (`pip show torch`) in the image"
         ), None
-    shown = ", ".join(f"{p} (SONAME {elf.soname(Path(p)) or 'none'})" for p in paths)
-    if len(paths) > 1:
+    copies = [p for p in paths if is_main_library(p, stem)] or paths
+    shown = ", ".join(f"{p} (SONAME {elf.soname(Path(p)) or 'none'})" for p in copies)
+    parts = len(paths) - len(copies)
+    if parts:
+        shown += f", with {parts} more {stem}* libraries"
+    if len(copies) > 1:
         return warn(
-            "conv library", f"{len(paths)} copies mapped: {shown}", "rebuild the image; two copies mean two runtimes"
-        ), Path(paths[0])
-    return ok("conv library", shown), Path(paths[0])
+            "conv library", f"{len(copies)} copies mapped: {shown}", "rebuild the image; two copies mean two runtimes"
+        ), Path(copies[0])
+    return ok("conv library", shown), Path(copies[0])
 
 
 def inside_checks(
@@ -176,10 +313,10 @@ def inside_checks(
     cold, warm = timed_convolution(torch, device)
     library_check, library = check_library(maps.read_text(), backend if device != "cpu" else None)
     checks.append(library_check)
+    mounts = parse_mountinfo(mountinfo.read_text())
     if backend == "rocm" and library is not None:
         props = torch.cuda.get_device_properties(0)
         checks.append(check_kdb(library, f"{_device_arch(torch, environ, root)}_{props.multi_processor_count}", environ))
-        mounts = parse_mountinfo(mountinfo.read_text())
         user_db, cache = user_dirs(environ)
         checks.append(check_cache_dir("miopen user db", user_db, mounts))
         checks.append(check_cache_dir("miopen kernel cache", cache, mounts))
@@ -195,5 +332,12 @@ def inside_checks(
         reason = "no MIOpen in this process (not a ROCm build on a visible GPU)"
         checks.append(not_applicable("miopen kdb", reason))
         checks.append(not_applicable("miopen caches", reason))
+    if backend == "cuda":
+        checks.append(check_cuda(cuda_device(torch)))
+        checks.extend(check_compile_caches(environ, cache_user(), mounts))
+    else:
+        reason = no_cuda_reason(getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None))
+        checks.append(not_applicable("cuda", reason))
+        checks.append(not_applicable("torch.compile caches", reason))
     checks.append(ok("convolution", f"on {device}: cold {cold * 1000:.1f} ms, warm {warm * 1000:.1f} ms"))
     return checks

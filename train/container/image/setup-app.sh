@@ -1,5 +1,5 @@
 #!/bin/sh
-# Build step shared by Dockerfile.cpu and Dockerfile.rocm: create the default
+# Build step shared by every Dockerfile: create the default
 # non-root user and the directories named in /etc/trainbox/env.d/*.env. At run
 # time the container runs as the host UID:GID, so writable directories are
 # world-writable (sticky) and named volumes inherit that on first use.
@@ -9,7 +9,8 @@ for file in /etc/trainbox/env.d/*.env; do . "$file"; done
 set +a
 useradd --uid 1000 --user-group --no-create-home --home-dir "$HOME" --shell /bin/sh trainbox
 install -d -m 0755 "$TRAINBOX_DATA"
-for dir in "$HOME" "$TRAINBOX_RUNS" "${MIOPEN_USER_DB_PATH:-}" "${MIOPEN_CUSTOM_CACHE_DIR:-}"; do
+for dir in "$HOME" "$TRAINBOX_RUNS" "${MIOPEN_USER_DB_PATH:-}" "${MIOPEN_CUSTOM_CACHE_DIR:-}" \
+  "${TORCHINDUCTOR_CACHE_DIR:-}" "${TRITON_CACHE_DIR:-}"; do
   [ -z "$dir" ] || install -d -m 1777 "$dir"
 done
 install -m 0755 /usr/local/lib/trainbox/entrypoint.sh /usr/local/bin/trainbox

@@ -1,0 +1,125 @@
+"""The cuda flavor on the real Docker Engine of a machine without a GPU.
+
+What can be proven here is proven for real: the image trains the demo on the
+CPU with torch.compile (spawn workers, compile inside the startup budget,
+Inductor's cache on its volume); `invoke train` asks for the GPUs exactly as
+`docker compose` does; and where Docker has no NVIDIA runtime, `invoke train
+--flavor cuda` ends in one line that says what to install. On an engine that
+has the NVIDIA runtime the same test trains the demo on the GPU instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+import pytest
+
+from train.container import compose, dotenv, envfiles, launch
+
+from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID, assert_checkpoint, events, invoke, settings_of
+
+
+def nvidia_runtime(docker_api) -> bool:
+    """Whether this engine can hand out NVIDIA GPUs (toolkit runtime registered)."""
+    return "nvidia" in (docker_api.info().get("Runtimes") or {})
+
+
+@pytest.fixture
+def cache_volume(docker_api) -> Iterator[str]:
+    """A named volume for Inductor's cache, unique to this test, removed afterwards."""
+    name = f"trainbox-test-inductor-{os.getpid()}"
+    docker_api.create_volume(name)
+    yield name
+    docker_api.remove_volume(name, force=True)
+
+
+def created(docker_api, service: compose.Service, labels: Dict[str, str]) -> Dict[str, Any]:
+    """Create (never start) a container for ``service`` as `invoke train` does; return its inspection."""
+    host_config = docker_api.create_host_config(**launch.host_config_kwargs(service))
+    container = docker_api.create_container(host_config=host_config, **launch.create_kwargs(service, labels))
+    try:
+        return docker_api.inspect_container(container["Id"])
+    finally:
+        docker_api.remove_container(container["Id"], force=True)
+
+
+def test_invoke_asks_for_the_gpus_as_compose_does(docker_api, cuda_image, runs_dir: Path, run_name: str, session_env) -> None:
+    env = {**os.environ, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_RUN_NAME": run_name}
+    request = launch.TrainRequest(profile="safe", flavor="cuda", root=ROOT, run_name=run_name)
+    service, labels = launch.prepare(request)
+    ours = created(docker_api, service, labels)
+    try:
+        subprocess.run(["docker", "compose", "create", "cuda"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        listed = subprocess.run(
+            ["docker", "compose", "ps", "-a", "-q", "cuda"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        theirs = docker_api.inspect_container(listed[0])
+    finally:
+        subprocess.run(["docker", "compose", "rm", "-f", "-s", "cuda"], cwd=ROOT, env=env, capture_output=True)
+    requests = ours["HostConfig"]["DeviceRequests"]
+    assert [(r["Driver"], r["Count"], r["Capabilities"]) for r in requests] == [("nvidia", -1, [["gpu"]])]
+    assert settings_of(ours) == settings_of(theirs)
+
+
+def test_invoke_train_cuda_without_or_with_the_nvidia_runtime(
+    docker_api, cuda_image, runs_dir: Path, run_name: str, session_env
+) -> None:
+    env = {**os.environ, "TRAINBOX_RUNS_HOST": str(runs_dir)}
+    args = ["train", "--flavor", "cuda", "--name", run_name, "--no-build", "--supervisor", FAST_SUPERVISOR]
+    result = invoke(args, env)
+    if nvidia_runtime(docker_api):
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+        assert_checkpoint(runs_dir / run_name)
+        return
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Docker cannot give the container a GPU ("), result.stderr
+    assert "nvidia-container-toolkit" in lines[0]
+    assert not docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run_name}"}), "container left behind"
+
+
+def test_cuda_image_trains_with_torch_compile_on_the_cpu(
+    docker_api, cuda_image, runs_dir: Path, run_name: str, cache_volume: str, session_env
+) -> None:
+    """The fast-compile profile in the CUDA image, GPU request left out: spawn workers, compile, a cache on the volume."""
+    runtime = envfiles.runtime_env("cuda")
+    service = compose.service("cuda", dotenv.variables(dotenv.settings("cuda")), ROOT)
+    service.device_requests = []
+    service.healthcheck = None
+    service.restart = None
+    for bind in service.binds:
+        if bind["target"] == runtime["TRAINBOX_RUNS"]:
+            bind["source"] = str(runs_dir)
+    service.binds = [b for b in service.binds if b["target"] != runtime["TRAINBOX_DATA"]]
+    service.named_volumes = [{"source": cache_volume, "target": runtime["TORCHINDUCTOR_CACHE_DIR"]}]
+    service.environment["TRAINBOX_RUN_NAME"] = run_name
+    service.command = ["demo", "--profile", "fast-compile", *FAST_SUPERVISOR.split(), "epochs=1", "workers=2"]
+    host_config = docker_api.create_host_config(**launch.host_config_kwargs(service))
+    labels = {launch.RUN_LABEL: run_name}
+    container = docker_api.create_container(host_config=host_config, **launch.create_kwargs(service, labels))
+    docker_api.start(container["Id"])
+    status = docker_api.wait(container["Id"], timeout=900)["StatusCode"]
+    logs = docker_api.logs(container["Id"]).decode(errors="replace")
+    assert status == 0, logs[-4000:]
+    assert "compile: starting torch.compile" in logs and "continuing uncompiled" not in logs, logs[-4000:]
+    run_dir = runs_dir / run_name
+    assert_checkpoint(run_dir)
+    start = next(e for e in events(run_dir) if e["event"] == "start")
+    assert start["profile"] == "fast-compile", start
+    listing = docker_api.create_container(
+        cuda_image["tag"],
+        entrypoint="find",
+        command=["/cache", "-type", "f"],
+        user=f"{TEST_UID}:{TEST_GID}",
+        host_config=docker_api.create_host_config(binds={cache_volume: {"bind": "/cache", "mode": "ro"}}, network_mode="none"),
+    )
+    try:
+        docker_api.start(listing["Id"])
+        docker_api.wait(listing["Id"], timeout=60)
+        cached = docker_api.logs(listing["Id"]).decode().split()
+    finally:
+        docker_api.remove_container(listing["Id"], force=True)
+    assert cached, "Inductor's cache volume is empty after a compiled run"
