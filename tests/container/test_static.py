@@ -173,7 +173,8 @@ def test_rocm_service() -> None:
 def test_cuda_service() -> None:
     cuda = compose.service("cuda", variables(), ROOT)
     runtime = envfiles.runtime_env("cuda")
-    assert cuda.device_requests == [{"Driver": "nvidia", "Count": -1, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}]
+    every_gpu = {"Driver": "nvidia", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": None}
+    assert cuda.device_requests == [every_gpu]
     assert not cuda.devices and not cuda.group_add
     assert {v["target"] for v in cuda.named_volumes} == {runtime["TORCHINDUCTOR_CACHE_DIR"], runtime["TRITON_CACHE_DIR"]}
     assert cuda.network_mode == "none" and cuda.build["dockerfile"] == "Dockerfile.cuda"

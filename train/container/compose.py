@@ -162,7 +162,8 @@ def _device(value: Any) -> str:
 
 
 def _device_requests(name: str, deploy: Any) -> List[Dict[str, Any]]:
-    """``deploy.resources.reservations.devices`` as compose hands them to the Engine (``count: all`` is -1);
+    """``deploy.resources.reservations.devices`` as compose hands them to the Engine (``count: all`` is -1, absent
+    lists are null);
     any other ``deploy`` setting is refused, since ``docker compose up`` ignores or rejects it outside swarm."""
     devices = (((deploy or {}).get("resources") or {}).get("reservations") or {}).get("devices")
     if deploy != {"resources": {"reservations": {"devices": devices}}} or not isinstance(devices, list):
@@ -174,9 +175,9 @@ def _device_requests(name: str, deploy: Any) -> List[Dict[str, Any]]:
             {
                 "Driver": str(device.get("driver", "")),
                 "Count": -1 if count == "all" else int(count or 0),
-                "DeviceIDs": [str(i) for i in device.get("device_ids") or []],
+                "DeviceIDs": [str(i) for i in device["device_ids"]] if device.get("device_ids") else None,
                 "Capabilities": [[str(c) for c in device.get("capabilities") or []]],
-                "Options": {str(k): str(v) for k, v in (device.get("options") or {}).items()},
+                "Options": {str(k): str(v) for k, v in device["options"].items()} if device.get("options") else None,
             }
         )
     return requests

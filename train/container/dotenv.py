@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
+from train.atomic import write_text_atomic
 from train.container import envfiles, flavors, locks
 from train.container.compose import COMPOSE_FILE
 from train.container.errors import UserError
@@ -146,7 +147,7 @@ def render(values: Dict[str, str]) -> str:
 def write(root: Path, values: Dict[str, str]) -> Path:
     """Write ``root/.env`` and create the host directories it names, owned by the container user."""
     path = Path(root) / ".env"
-    path.write_text(render(values))
+    write_text_atomic(path, render(values))
     uid, gid = int(values["TRAINBOX_UID"]), int(values["TRAINBOX_GID"])
     for key in ("TRAINBOX_DATA_HOST", "TRAINBOX_RUNS_HOST"):
         directory = Path(values[key])

@@ -103,14 +103,15 @@ def host_config_kwargs(service: compose.Service) -> Dict[str, Any]:
         "devices": service.devices or None,
         "group_add": service.group_add or None,
         "init": service.init,
-        "device_requests": [DeviceRequest(**_sdk_keys(r)) for r in service.device_requests] or None,
+        "device_requests": [_device_request(r) for r in service.device_requests] or None,
     }
 
 
-def _sdk_keys(request: Dict[str, Any]) -> Dict[str, Any]:
-    """Engine API DeviceRequest fields (Driver, DeviceIDs, ...) -> docker.types.DeviceRequest arguments."""
-    names = {"DeviceIDs": "device_ids"}
-    return {names.get(key, key.lower()): value for key, value in request.items()}
+def _device_request(fields: Dict[str, Any]) -> DeviceRequest:
+    """A DeviceRequest with compose's exact fields (the SDK alone would send an absent DeviceIDs as [])."""
+    request = DeviceRequest(**fields)
+    request.update(fields)
+    return request
 
 
 def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
