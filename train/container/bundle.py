@@ -407,8 +407,8 @@ def report(restored: Restored, out: Optional[TextIO] = None) -> None:
     """Tell the user what was restored and what to run next."""
     out = out or sys.stdout
     out.write(f"restored {', '.join(restored.tags)} = {restored.image_id} ({restored.flavor}); wrote {restored.dotenv_path}\n")
-    host_flavor = flavors.default_for_host()
-    if restored.flavor != "cpu" and host_flavor != restored.flavor:
-        out.write(f"note: this host has no {restored.flavor} GPU: {flavors.get(restored.flavor).no_gpu_fix}\n")
+    flavor = flavors.get(restored.flavor)
+    if flavor.host_device is not None and not flavor.host_device.exists():
+        out.write(f"note: this host has no {flavor.host_device}: {flavor.no_gpu_fix}\n")
     for command in restored.next_commands:
         out.write(f"next: {command}\n")

@@ -38,6 +38,8 @@ class Flavor:
     torch_local_key: Optional[str] = None
     #: {package: stack.env key of a sha256 its lock must list}.
     known_hashes: Dict[str, str] = field(default_factory=dict)
+    #: Device node of the GPU kernel driver this flavor needs on the host (None: none needed).
+    host_device: Optional[Path] = None
     #: What a user without this flavor's GPU should do instead.
     no_gpu_fix: str = ""
 
@@ -62,6 +64,7 @@ FLAVORS: Dict[str, Flavor] = {
             torch_index_key="TORCH_ROCM_INDEX",
             torch_local_key="TORCH_ROCM_LOCAL",
             known_hashes={"torch": "TORCH_ROCM_SHA256", "torchvision": "TORCHVISION_ROCM_SHA256"},
+            host_device=KFD_DEVICE,
             no_gpu_fix="no ROCm GPU driver on this host; use --flavor cpu or load amdgpu",
         ),
         Flavor(
@@ -72,6 +75,7 @@ FLAVORS: Dict[str, Flavor] = {
             glibc=(2, 36),
             env_files=("cuda.env", "runtime.env"),
             extra_pins="pins-cuda.txt",
+            host_device=NVIDIA_CONTROL_DEVICE,
             no_gpu_fix="install the NVIDIA driver and nvidia-container-toolkit (see `invoke doctor --flavor cuda`)"
             " or use --flavor cpu",
         ),
@@ -97,10 +101,9 @@ def get(name: str) -> Flavor:
 
 
 def default_for_host(root: Path = Path("/")) -> str:
-    """rocm when ``root`` has the ROCm kernel driver (/dev/kfd), cuda when it has NVIDIA's (/dev/nvidiactl), else cpu."""
-    root = Path(root)
-    if (root / KFD_DEVICE.relative_to("/")).exists():
-        return "rocm"
-    if (root / NVIDIA_CONTROL_DEVICE.relative_to("/")).exists():
-        return "cuda"
+    """The first GPU flavor whose kernel driver's device exists under ``root`` (rocm: /dev/kfd, then cuda:
+    /dev/nvidiactl), else cpu."""
+    for flavor in FLAVORS.values():
+        if flavor.host_device is not None and (Path(root) / flavor.host_device.relative_to("/")).exists():
+            return flavor.name
     return "cpu"
