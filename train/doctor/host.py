@@ -6,6 +6,7 @@ so the rest of the doctor works without it.
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from string import Template
@@ -18,27 +19,10 @@ GIB = 1024**3
 #: Free space to build a flavor's image (the rocm5.2 torch wheel alone unpacks to about 8 GB; plus ROCm, MIOpen, layers;
 #: the cuda image is 10-12 GB: torch 2 and the CUDA 13 runtime, cuDNN, cuBLAS and NCCL wheels).
 IMAGE_FREE_BYTES = {"rocm": 40 * GIB, "cuda": 25 * GIB, "cpu": 10 * GIB}
-#: Each flavor's ``io.trainbox.*`` labels (after ``flavor``) as its Dockerfile's LABEL writes them, over env/stack.env.
-IMAGE_LABELS: Dict[str, Dict[str, str]] = {
-    "rocm": {
-        "python": "${ROCM_PYTHON}",
-        "torch": "${TORCH_VERSION}+${TORCH_ROCM_LOCAL}",
-        "torchvision": "${TORCHVISION_VERSION}+${TORCH_ROCM_LOCAL}",
-        "rocm": "${ROCM_VERSION}",
-        "miopen": "${MIOPEN}",
-        "miopen-kdb": "${MIOPEN_KDB_PACKAGE}=${MIOPEN_KDB_VERSION}",
-    },
-    "cuda": {
-        "python": "${CUDA_PYTHON}",
-        "torch": "${CUDA_TORCH_VERSION}",
-        "torchvision": "${CUDA_TORCHVISION_VERSION}",
-        "cuda-runtime": "${CUDA_RUNTIME_VERSION}",
-        "cuda-min-driver": "${CUDA_MIN_DRIVER}",
-    },
-    "cpu": {"python": "${CPU_PYTHON}", "torch": "${TORCH_VERSION}", "torchvision": "${TORCHVISION_VERSION}"},
-}
-#: Labels every flavor carries with the same pins.
-SHARED_LABELS = {"ultralytics": "${ULTRALYTICS_VERSION}", "numpy": "${NUMPY_VERSION}", "opencv": "${OPENCV_VERSION}"}
+#: ``io.trainbox.<key>="<template>"`` in a Dockerfile's LABEL instruction.
+_LABEL = re.compile(r'^\s*(?:LABEL\s+)?(io\.trainbox\.[\w-]+)="([^"]*)"', re.MULTILINE)
+#: Labels that record a build, not a pin: the lock digest, the commit and the raw build arguments.
+_BUILD_LABELS = ("io.trainbox.lock-sha256", "io.trainbox.source-commit", "io.trainbox.arg.")
 #: /dev/shm below this breaks DataLoader workers at realistic batch sizes (Docker's default is 64 MB).
 SHM_MIN_BYTES = 2 * GIB
 DOCKER_ROOT = Path("/var/lib/docker")
@@ -154,10 +138,14 @@ def docker_runtimes(info: Mapping[str, Any]) -> List[str]:
     return sorted(info.get("Runtimes") or {})
 
 
-def expected_labels(flavor: str, stack: Mapping[str, str]) -> Dict[str, str]:
-    """``io.trainbox.*`` labels an image built from the current env/stack.env carries (see the Dockerfiles' LABEL)."""
-    templates = {**IMAGE_LABELS[flavor], **SHARED_LABELS}
-    return {"io.trainbox.flavor": flavor, **{f"io.trainbox.{key}": Template(t).substitute(stack) for key, t in templates.items()}}
+def expected_labels(flavor: str, stack: Mapping[str, str], dockerfile: Optional[Path] = None) -> Dict[str, str]:
+    """``io.trainbox.*`` pin labels an image built from the current env/stack.env carries: the LABEL lines of the
+    flavor's Dockerfile (``dockerfile``, default the checkout's), their ``${KEY}`` filled in from ``stack``."""
+    from train.container import envfiles, flavors
+
+    path = dockerfile or envfiles.REPO_ROOT / flavors.get(flavor).dockerfile
+    labels = _LABEL.findall(path.read_text())
+    return {key: Template(template).substitute(stack) for key, template in labels if not key.startswith(_BUILD_LABELS)}
 
 
 def compare_labels(tag: str, flavor: str, labels: Optional[Mapping[str, str]], stack: Mapping[str, str]) -> Check:
