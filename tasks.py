@@ -30,6 +30,7 @@ from typing import Any, Callable, List, Optional
 
 from invoke import Exit, task
 
+from train import interrupt
 from train.container import build as build_image
 from train.container import bundle as bundles
 from train.container import dotenv, flavors, launch, locks
@@ -43,8 +44,26 @@ FLAVOR_HELP = "rocm, cuda or cpu (default: rocm when /dev/kfd exists, cuda when 
 
 
 def one_line_errors(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn UserError into invoke.Exit with its one-line message."""
+    """Turn UserError into invoke.Exit with its one-line message, and a stop signal into exit 128+N.
 
+    Ctrl-C, SIGTERM and SIGHUP are handled from the task's first line (train.interrupt says why
+    Python's own KeyboardInterrupt cannot be relied on). Tasks that hand the terminal to a child
+    through ``c.run`` are wrapped by :func:`_one_line_errors_only` instead: invoke forwards Ctrl-C
+    to that child itself.
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with interrupt.stop_requests():
+                return _one_line_errors_only(function)(*args, **kwargs)
+        except interrupt.StopRequested as stop:
+            raise Exit(interrupt.message(stop, f"invoke {function.__name__}"), code=stop.exit_code) from None
+
+    return wrapper
+
+
+def _one_line_errors_only(function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -120,8 +139,6 @@ def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, superv
         build_missing=not no_build,
     )
     code = launch.train(request)
-    if code == launch.INTERRUPTED:
-        raise Exit(code=code)
     if code != 0:
         raise Exit(f"error: training container exited with {code}: see `invoke logs` and the run's events.jsonl", code=code)
 
@@ -256,7 +273,7 @@ def doctor(c, flavor=None, no_docker=False):
         "set_": "the run's Ultralytics arguments, repeatable: --set data=/data/data.yaml --set imgsz=640 --set batch=16",
     },
 )
-@one_line_errors
+@_one_line_errors_only
 def warmup(c, profile="safe", flavor=None, set_=None):
     """Compile and cache MIOpen's kernels at the training shapes, in the compose service's container."""
     flavor = _flavor(flavor)

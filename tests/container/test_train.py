@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -231,21 +230,3 @@ def test_existing_container_name_is_a_one_line_error(docker_api, cpu_image, run_
 def test_missing_image_names_the_build_command(docker_api) -> None:
     with pytest.raises(UserError, match=r"image trainbox:no-such-tag not found: run `invoke build --flavor cpu`"):
         engine.image(docker_api, "trainbox:no-such-tag", "cpu")
-
-
-def test_ctrl_c_stops_the_container_gracefully(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
-    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
-    command = [sys.executable, "-m", "invoke", "train", "--flavor", "cpu", "--name", run_name, "--set", "epochs=50"]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    heartbeat = runs_dir / run_name / "heartbeat.json"
-    deadline = time.monotonic() + 300
-    while not (heartbeat.exists() and json.loads(heartbeat.read_text() or "{}").get("step")):
-        assert time.monotonic() < deadline and process.poll() is None, "training never reached its first batch"
-        time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=180)
-    assert "stopping the container" in output and "error:" not in output
-    assert process.returncode == launch.INTERRUPTED
-    inspected = container_of(docker_api, run_name)
-    assert not inspected["State"]["Running"] and inspected["State"]["ExitCode"] == 143
-    assert json.loads((runs_dir / run_name / "state.json").read_text())["state"] == "stopped"

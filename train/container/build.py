@@ -17,6 +17,7 @@ from typing import Iterable, Optional, TextIO
 
 from train.container import compose, dotenv, engine, locks
 from train.container.errors import UserError
+from train.interrupt import StopRequested
 
 
 def build(
@@ -46,12 +47,17 @@ def build(
         forcerm=True,
         decode=True,
     )
-    for chunk in stream:
-        if "error" in chunk:
-            raise UserError(f"build of {service.image} failed: {chunk['error'].strip()}")
-        text = chunk.get("stream") or chunk.get("status")
-        if text:
-            out.write(text if text.endswith("\n") else text + "\n")
-            out.flush()
+    try:
+        for chunk in stream:
+            if "error" in chunk:
+                raise UserError(f"build of {service.image} failed: {chunk['error'].strip()}")
+            text = chunk.get("stream") or chunk.get("status")
+            if text:
+                out.write(text if text.endswith("\n") else text + "\n")
+                out.flush()
+    except StopRequested as stop:
+        client.close()  # the engine cancels a build whose client hung up
+        stop.what = stop.what or f"the build of {service.image} (no image was tagged)"
+        raise
     out.write(f"built {service.image} in {time.monotonic() - started:.0f} s\n")
     return service.image

@@ -20,11 +20,10 @@ from docker.types import DeviceRequest, Mount
 
 from train.container import build, compose, dotenv, engine, envfiles, flavors
 from train.container.errors import UserError
+from train.interrupt import StopRequested, on_stop
 
 RUN_LABEL = "io.trainbox.run"
 DEFAULT_GRACE_S = 10.0
-#: ``follow``'s result when Ctrl-C stopped the container (the shell's code for SIGINT).
-INTERRUPTED = 130
 
 
 @dataclass
@@ -145,7 +144,15 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
 
 
 def start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Service]:
-    """Create and start the run's container; return (client, container id, service)."""
+    """Create and start the run's container; return (client, container id, service).
+
+    A stop signal before the container runs (during an image build, say) leaves no container behind.
+    """
+    with on_stop("the run before its container started"):
+        return _start(request)
+
+
+def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Service]:
     service, labels = prepare(request)
     check_devices(service)
     client = engine.api()
@@ -166,16 +173,17 @@ def start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Service
         if exc.status_code == 409:
             raise UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})") from None
         raise
-    user = (service.user or "0:0").split(":")
-    dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
     try:
+        user = (service.user or "0:0").split(":")
+        dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
         client.start(container["Id"])
-    except docker.errors.APIError as exc:
-        if not service.device_requests or "device driver" not in str(exc):
-            raise
+    except BaseException as exc:
+        # Not started (a stop signal, a refused GPU...): leave no container behind to block the run's name.
         client.remove_container(container["Id"], force=True)
-        fix = flavors.get(request.flavor).no_gpu_fix
-        raise UserError(f"Docker cannot give the container a GPU ({engine.short(exc)}): {fix}") from None
+        if isinstance(exc, docker.errors.APIError) and service.device_requests and "device driver" in str(exc):
+            fix = flavors.get(request.flavor).no_gpu_fix
+            raise UserError(f"Docker cannot give the container a GPU ({engine.short(exc)}): {fix}") from None
+        raise
     return client, container["Id"], service
 
 
@@ -187,27 +195,41 @@ def _ensure_volume(client: docker.APIClient, name: str, project: str) -> None:
     client.create_volume(name, labels={"com.docker.compose.project": project, "com.docker.compose.volume": key})
 
 
-def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Optional[TextIO] = None) -> int:
-    """Stream logs until the container stops for good (restarts included) and return its exit code;
-    Ctrl-C stops it gracefully and returns INTERRUPTED."""
+def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextIO] = None) -> int:
+    """Stream logs until the container stops for good (restarts included) and return its exit code."""
     out = out or sys.stdout
     since: Optional[int] = None
+    while True:
+        for chunk in client.logs(container_id, stream=True, follow=True, since=since):
+            out.write(chunk.decode(errors="replace"))
+            out.flush()
+        since = int(time.time())
+        state = client.inspect_container(container_id)["State"]
+        if not (state["Running"] or state["Restarting"]):
+            return int(state["ExitCode"])
+        time.sleep(1)
+
+
+def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Optional[TextIO] = None) -> int:
+    """:func:`stream_logs` for the run's owner: a stop signal stops the container gracefully and is re-raised.
+
+    The first Ctrl-C (or SIGTERM/SIGHUP) gives the supervisor inside ``grace_s`` to save
+    (``docker stop``: SIGTERM, then SIGKILL); a second one during that wait kills the container at once.
+    Needs :func:`train.interrupt.stop_requests` around it.
+    """
+    out = out or sys.stdout
     try:
-        while True:
-            for chunk in client.logs(container_id, stream=True, follow=True, since=since):
-                out.write(chunk.decode(errors="replace"))
-                out.flush()
-            since = int(time.time())
-            state = client.inspect_container(container_id)["State"]
-            if not (state["Running"] or state["Restarting"]):
-                return int(state["ExitCode"])
-            time.sleep(1)
-    except KeyboardInterrupt:
-        out.write(f"\nstopping the container (up to {grace_s:.0f} s to save; Ctrl-C again leaves it running)\n")
+        return stream_logs(client, container_id, out)
+    except StopRequested as stop:
+        out.write(f"\n{stop.name}: stopping the container (up to {grace_s:.0f} s to save; {stop.name} again stops it at once)\n")
         out.flush()
-        client.stop(container_id, timeout=int(grace_s))
-        out.write("stopped; the run directory keeps its checkpoints\n")
-        return INTERRUPTED
+        try:
+            client.stop(container_id, timeout=int(grace_s))
+            stop.what = "the container; the run directory keeps its checkpoints"
+        except StopRequested:
+            client.kill(container_id)
+            stop.what = "the container at once (killed); the run resumes from its last checkpoint"
+        raise stop from None
 
 
 def train(request: TrainRequest, out: Optional[TextIO] = None) -> int:
@@ -240,7 +262,8 @@ def logs(run: Optional[str] = None, follow_logs: bool = False, out: Optional[Tex
     client = engine.api()
     container = find(client, run)
     if follow_logs:
-        follow(client, container["Id"], DEFAULT_GRACE_S, out)
+        with on_stop(f"following the logs of {container['Names'][0].lstrip('/')} (the container runs on)"):
+            stream_logs(client, container["Id"], out)
         return
     out.write(client.logs(container["Id"]).decode(errors="replace"))
 

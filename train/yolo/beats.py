@@ -97,6 +97,7 @@ class TrainingBeats:
     def on_val_batch_end(self, validator: Any) -> None:
         self.val_batch += 1
         self.beat("val", self.val_timeout, val_batch=self.val_batch)
+        faults.point("val_batch", epoch=self.epoch, batch=self.val_batch)
 
     def validated(self) -> None:
         """Validation ended: back to the stall budget."""

@@ -1,0 +1,237 @@
+"""Ctrl-C and SIGTERM to `invoke train` (and `invoke logs --follow`) at every moment, on the real engine.
+
+Every invoke here is started with SIGINT *ignored*, as a background job of a
+non-interactive shell (a CI runner, `cmd &` in a script) inherits it: that is
+how issue #13's Ctrl-C was lost, and it must make no difference any more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+from train import interrupt
+
+from .conftest import FAST_SUPERVISOR, LOCAL_CAS, ROOT, container_of
+
+SIGINT_EXIT = 128 + signal.SIGINT
+SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+class Invoked:
+    """`invoke ARGS` in the background, its output collected line by line while it runs."""
+
+    def __init__(self, args: List[str], env: Dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "invoke", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_until(self, ready: Callable[[], bool], what: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert self.process.poll() is None, f"invoke ended before {what}:\n{self.output[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n{self.output[-3000:]}"
+            time.sleep(0.2)
+
+    def finish(self, timeout: float = 180) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
+
+
+def heartbeat_of(run_dir: Path) -> Dict[str, object]:
+    try:
+        return json.loads((run_dir / "heartbeat.json").read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def state_of(run_dir: Path) -> Optional[str]:
+    try:
+        return json.loads((run_dir / "state.json").read_text())["state"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def last_line(output: str) -> str:
+    return output.strip().splitlines()[-1]
+
+
+#: moment -> (extra `invoke train` arguments, "the moment has come" given the run directory)
+MOMENTS = {
+    # The first batch never comes: the dataset hangs on its first sample (safe: workers=0, so in the trainer).
+    "before the first batch": (
+        ["--env", "TRAIN_FAULT=sleep@worker,attempt=0"],
+        lambda run: state_of(run) == "starting" and (heartbeat_of(run).get("phase") == "setup"),
+    ),
+    "during training": (["--set", "epochs=50"], lambda run: bool(heartbeat_of(run).get("step"))),
+    # A one-epoch run held inside its (final) validation.
+    "during the final validation": (
+        ["--set", "epochs=1", "--env", "TRAIN_FAULT=sleep@val_batch,attempt=0,epoch=1"],
+        lambda run: heartbeat_of(run).get("phase") == "val" and heartbeat_of(run).get("epoch") == 1,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "moment, signum",
+    [
+        ("before the first batch", signal.SIGINT),
+        ("during training", signal.SIGINT),
+        ("during training", signal.SIGTERM),
+        ("during the final validation", signal.SIGINT),
+    ],
+)
+def test_stop_signal_stops_the_container_gracefully(
+    docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, moment: str, signum: int
+) -> None:
+    extra, arrived = MOMENTS[moment]
+    run_dir = runs_dir / run_name
+    env = {**session_env, "TRAINBOX_RUNS_HOST": str(runs_dir)}
+    invoked = Invoked(["train", "--flavor", "cpu", "--name", run_name, "--supervisor", FAST_SUPERVISOR, *extra], env)
+    invoked.wait_until(lambda: arrived(run_dir), moment)
+    invoked.process.send_signal(signum)
+    code = invoked.finish()
+    output = invoked.output
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert f"{name}: stopping the container" in output, output[-3000:]
+    assert code == 128 + signum, output[-3000:]
+    assert last_line(output) == (f"invoke train: stopped the container; the run directory keeps its checkpoints ({name})"), (
+        output[-3000:]
+    )
+    inspected = container_of(docker_api, run_name)
+    assert not inspected["State"]["Running"] and inspected["State"]["ExitCode"] == SIGTERM_EXIT
+    assert state_of(run_dir) == "stopped"
+    assert "completed after" not in output
+
+
+def test_second_ctrl_c_kills_the_container_at_once(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
+    """The child ignores SIGTERM, so the graceful stop would take the whole grace; a second Ctrl-C ends it now."""
+    env = {**session_env, "TRAINBOX_RUNS_HOST": str(runs_dir)}
+    invoked = Invoked(
+        [
+            "train",
+            "--flavor",
+            "cpu",
+            "--name",
+            run_name,
+            "--supervisor",
+            "--grace 300",
+            "--env",
+            "TRAIN_FAULT=ignore-sigterm@train_batch,attempt=0,batch=1",
+        ],
+        env,
+    )
+    run_dir = runs_dir / run_name
+    invoked.wait_until(lambda: heartbeat_of(run_dir).get("batch") == 1, "the first batch")  # always beaten
+    invoked.process.send_signal(signal.SIGINT)
+    invoked.wait_until(lambda: "Ctrl-C: stopping the container" in invoked.output, "the graceful stop", timeout=30)
+    time.sleep(2)  # the supervisor inside has sent SIGTERM and waits out its grace
+    assert invoked.process.poll() is None, "the graceful stop cannot be over: the child ignores SIGTERM"
+    second = time.monotonic()
+    invoked.process.send_signal(signal.SIGINT)
+    code = invoked.finish(timeout=60)
+    took = time.monotonic() - second
+    assert code == SIGINT_EXIT and took < 20, (took, invoked.output[-3000:])
+    assert "stopped the container at once (killed)" in last_line(invoked.output)
+    inspected = container_of(docker_api, run_name)
+    assert not inspected["State"]["Running"] and inspected["State"]["ExitCode"] == 137
+
+
+def test_ctrl_c_to_logs_follow_stops_following_only(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
+    env = {**session_env, "TRAINBOX_RUNS_HOST": str(runs_dir)}
+    run_dir = runs_dir / run_name
+    trainer = Invoked(["train", "--flavor", "cpu", "--name", run_name, "--set", "epochs=50"], env)
+    try:
+        trainer.wait_until(lambda: bool(heartbeat_of(run_dir).get("step")), "the first batch")
+        follower = Invoked(["logs", "--run", run_name, "--follow"], env)
+        follower.wait_until(lambda: len(follower.lines) > 0, "the first log line", timeout=60)
+        follower.process.send_signal(signal.SIGINT)
+        code = follower.finish(timeout=30)
+        assert code == SIGINT_EXIT, follower.output[-2000:]
+        assert last_line(follower.output) == (
+            f"invoke logs: stopped following the logs of trainbox-{run_name} (the container runs on) (Ctrl-C)"
+        )
+        assert container_of(docker_api, run_name)["State"]["Running"]
+    finally:
+        trainer.process.send_signal(signal.SIGINT)
+        trainer.finish()
+    assert state_of(run_dir) == "stopped"
+
+
+@pytest.fixture
+def image_missing(docker_api, cpu_image) -> Callable[[], bool]:
+    """Untag trainbox:cpu for the test (its layers stay, under a spare tag) and tag it back afterwards."""
+    tag = str(cpu_image["tag"])
+    spare = f"trainbox:interrupt-spare-{os.getpid()}"
+    repo, _, name = spare.partition(":")
+    docker_api.tag(tag, repo, name)
+    docker_api.remove_image(tag)
+    yield lambda: any(tag in (image.get("RepoTags") or []) for image in docker_api.images())
+    repo, _, name = tag.partition(":")
+    docker_api.tag(spare, repo, name)
+    docker_api.remove_image(spare)
+
+
+def test_ctrl_c_during_the_image_build_leaves_nothing(
+    docker_api, image_missing, runs_dir: Path, run_name: str, session_env, tmp_path: Path
+) -> None:
+    """`invoke train` builds a missing image first; Ctrl-C then cancels the build and starts no container."""
+    cas = tmp_path / "cas"  # a CA set no build has seen, so the first RUN cannot come from the cache
+    cas.mkdir()
+    for found in LOCAL_CAS.glob("*.crt"):
+        shutil.copy(found, cas / found.name)
+    system_bundle = Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+    first_public_root = system_bundle.split("-----END CERTIFICATE-----")[0] + "-----END CERTIFICATE-----\n"
+    (cas / "zz-one-more.crt").write_text(first_public_root)
+    env = {**session_env, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_CA_CERTS": str(cas)}
+    invoked = Invoked(["train", "--flavor", "cpu", "--name", run_name], env)
+    invoked.wait_until(lambda: re.search(r"Step \d+/\d+ : RUN ", invoked.output) is not None, "the build's first RUN")
+    invoked.process.send_signal(signal.SIGINT)
+    code = invoked.finish(timeout=30)
+    assert code == SIGINT_EXIT, invoked.output[-3000:]
+    assert last_line(invoked.output) == "invoke train: stopped the build of trainbox:cpu (no image was tagged) (Ctrl-C)"
+    assert not image_missing(), "an interrupted build must not tag the image"
+    assert not docker_api.containers(all=True, filters={"label": f"io.trainbox.run={run_name}"})
+    deadline = time.monotonic() + 30  # the engine cancels the build once its client has hung up
+    while docker_api.containers(all=True, filters={"status": "running"}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not docker_api.containers(all=True, filters={"status": "running"}), "the build's RUN container is still running"
+
+
+def test_stop_requested_names_the_signal() -> None:
+    stop = interrupt.StopRequested(signal.SIGTERM)
+    stop.what = "the build of trainbox:cpu"
+    assert (stop.exit_code, interrupt.message(stop, "invoke build")) == (
+        SIGTERM_EXIT,
+        "invoke build: stopped the build of trainbox:cpu (SIGTERM)",
+    )

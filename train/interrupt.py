@@ -1,0 +1,84 @@
+"""Ctrl-C, SIGTERM and SIGHUP for the host's long commands (``invoke train``, ``build``, ``logs -f``...).
+
+Why trainbox installs its own handlers instead of relying on ``KeyboardInterrupt``:
+a process started in the background by a shell without job control (``cmd &`` in
+a script, a CI runner, a ``nohup`` wrapper) inherits SIGINT *ignored*, and Python
+then installs no SIGINT handler at all (``signal.getsignal(SIGINT)`` is
+``SIG_IGN``). A ``kill -INT`` (or a terminal's Ctrl-C reaching it later) is then
+silently dropped while the main thread streams container logs: that was issue
+#13's "Ctrl-C is lost, the run trains on". SIGTERM, Python's default, ends the
+process without running any cleanup, so a stopped ``invoke`` would leave its
+container training and its temporary files behind.
+
+Inside :func:`stop_requests` every one of those signals raises
+:class:`StopRequested` in the main thread, whatever it is blocked in (a socket
+read inside the Docker SDK, a sleep, a file write). The first one starts the
+orderly stop; the caller may catch a second one to force it (``invoke train``
+kills the container at once). The exit status is the shell's ``128 + N``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Any, Iterator, Optional, Sequence
+
+#: The signals that mean "stop": a terminal's Ctrl-C, ``kill``/``docker stop``, a closed terminal.
+STOP_SIGNALS: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopRequested(BaseException):
+    """A stop signal arrived. A BaseException, like KeyboardInterrupt, so ``except Exception`` lets it pass."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+        #: What the stop ended, for the one line the user sees ("the build of trainbox:cpu"); see :func:`on_stop`.
+        self.what: Optional[str] = None
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's status for a command ended by this signal: 130 for Ctrl-C, 143 for SIGTERM."""
+        return 128 + self.signum
+
+    @property
+    def name(self) -> str:
+        """``Ctrl-C`` for SIGINT, else the signal's name."""
+        return "Ctrl-C" if self.signum == signal.SIGINT else signal.Signals(self.signum).name
+
+
+def _raise(signum: int, _frame: Any) -> None:
+    raise StopRequested(signum)
+
+
+@contextlib.contextmanager
+def stop_requests(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> Iterator[None]:
+    """Within the block, each of ``signals`` raises :class:`StopRequested`; the previous handlers come back after.
+
+    Outside the main thread (where Python cannot install handlers) the block runs unchanged.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _raise) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def on_stop(what: str) -> Iterator[None]:
+    """Name what a :class:`StopRequested` raised in the block stopped, unless an inner block already did."""
+    try:
+        yield
+    except StopRequested as stop:
+        stop.what = stop.what or what
+        raise
+
+
+def message(stop: StopRequested, command: str) -> str:
+    """The one line printed when ``command`` ends on a stop signal."""
+    return f"{command}: stopped {stop.what or 'before it finished'} ({stop.name})"
