@@ -30,14 +30,14 @@ from typing import Any, Callable, List, Optional
 
 from invoke import Exit, task
 
-from train import interrupt
-from train.container import build as build_image
-from train.container import bundle as bundles
-from train.container import dotenv, flavors, launch, locks
-from train.container import fingerprint as fingerprints
-from train.container import status as run_status
-from train.container.errors import UserError
-from train.doctor import cli as doctor_cli
+from trainbox import interrupt
+from trainbox.container import build as build_image
+from trainbox.container import bundle as bundles
+from trainbox.container import dotenv, flavors, launch, locks
+from trainbox.container import fingerprint as fingerprints
+from trainbox.container import status as run_status
+from trainbox.container.errors import UserError
+from trainbox.doctor import cli as doctor_cli
 
 ROOT = Path(__file__).resolve().parent
 FLAVOR_HELP = "rocm, cuda or cpu (default: rocm when /dev/kfd exists, cuda when /dev/nvidiactl does, else cpu)"
@@ -46,7 +46,7 @@ FLAVOR_HELP = "rocm, cuda or cpu (default: rocm when /dev/kfd exists, cuda when 
 def one_line_errors(function: Callable[..., Any]) -> Callable[..., Any]:
     """Turn UserError into invoke.Exit with its one-line message, and a stop signal into exit 128+N.
 
-    Ctrl-C, SIGTERM and SIGHUP are handled from the task's first line (train.interrupt says why
+    Ctrl-C, SIGTERM and SIGHUP are handled from the task's first line (trainbox.interrupt says why
     Python's own KeyboardInterrupt cannot be relied on). Tasks that hand the terminal to a child
     through ``c.run`` are wrapped by :func:`_one_line_errors_only` instead: invoke forwards Ctrl-C
     to that child itself.
@@ -117,7 +117,7 @@ def build(c, flavor=None, ca_cert=None, no_cache=False):
         "data": "dataset: a data.yaml or its directory, mounted read-only (default: the demo dataset)",
         "set": "Ultralytics/run override KEY=VALUE (repeatable)",
         "env": "container environment KEY=VALUE (repeatable)",
-        "supervisor": "options for `python -m train run`, e.g. '--stall-timeout 120 --max-restarts 3'",
+        "supervisor": "options for `python -m trainbox run`, e.g. '--stall-timeout 120 --max-restarts 3'",
         "name": "run name (default: PROFILE-TIMESTAMP); the run directory is runs/NAME",
         "no_build": "fail instead of building a missing image",
     },

@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
-from train.atomic import write_text_atomic  # noqa: E402
-from train.events import read_events  # noqa: E402
+from trainbox.atomic import write_text_atomic  # noqa: E402
+from trainbox.events import read_events  # noqa: E402
 
 
 def machine() -> Dict[str, Any]:
@@ -58,7 +58,7 @@ def span(stat: Dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
 def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:
     full = dict(os.environ, PYTHONPATH=str(REPO), **env)
     return subprocess.run(
-        [sys.executable, "-m", "train", *args],
+        [sys.executable, "-m", "trainbox", *args],
         env=full,
         cwd=REPO,
         timeout=timeout,

@@ -1,10 +1,10 @@
-"""Supervisor overhead: supervised ``python -m train run`` against bare Ultralytics on the same work.
+"""Supervisor overhead: supervised ``python -m trainbox run`` against bare Ultralytics on the same work.
 
     python bench/overhead.py [--pairs 5] [--epochs 4] [--imgsz 96]
 
 Bare = ``YOLO("yolov8n.yaml").train(...)`` in a plain process with the same
 arguments and the same offline environment, no supervisor, no trainbox
-trainer. Supervised = ``python -m train run --profile safe`` (supervisor,
+trainer. Supervised = ``python -m trainbox run --profile safe`` (supervisor,
 heartbeats, atomic checkpoints, profile trainer). Runs are interleaved
 (bare, supervised, bare, ...). Throughput is the steady state, from
 Ultralytics' own ``results.csv`` (cumulative seconds at each epoch's end,
@@ -30,7 +30,7 @@ BARE = """
 import sys
 from pathlib import Path
 from typing import Tuple
-from train.yolo import offline
+from trainbox.yolo import offline
 run = Path(sys.argv[1])
 offline.prepare_environment(run / "ultralytics")
 from ultralytics import YOLO
@@ -60,7 +60,7 @@ def main() -> int:
     bare, supervised, bare_wall, supervised_wall = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "demo"
-        subprocess.run([sys.executable, "-m", "train", "demo-data", str(data)], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "trainbox", "demo-data", str(data)], env=env, check=True, stdout=subprocess.DEVNULL)
         data_yaml = str(data / "data.yaml")
         for pair in range(args.pairs):
             run = Path(tmp) / f"bare{pair}"
@@ -70,7 +70,7 @@ def main() -> int:
             run = Path(tmp) / f"sup{pair}"
             supervised_args = ["run", "--profile", "safe", "--run-dir", str(run), "--quiet", f"data={data_yaml}",
                                f"epochs={args.epochs}", f"imgsz={args.imgsz}", "batch=8", "plots=False"]  # fmt: skip
-            wall, epoch_s = timed([sys.executable, "-m", "train", *supervised_args], env, run)
+            wall, epoch_s = timed([sys.executable, "-m", "trainbox", *supervised_args], env, run)
             supervised.append(epoch_s)
             supervised_wall.append(wall)
             print(f"pair {pair + 1}/{args.pairs}: s/epoch bare {bare[-1]:.2f}, supervised {supervised[-1]:.2f}", flush=True)

@@ -2,7 +2,7 @@
 
     python bench/profiles.py [--rounds 3] [--epochs 3] [--imgsz 96] [--image]
 
-Each run is ``python -m train run --profile NAME`` on the demo data (64 train
+Each run is ``python -m trainbox run --profile NAME`` on the demo data (64 train
 images, batch 8) on this machine's CPU, interleaved by round. Time to first
 batch = first beat carrying a step minus the attempt's start (process start,
 imports, dataset scan, model build, worker start). Throughput = the last

@@ -2,7 +2,7 @@
 
     python bench/stalls.py [--repeat 3] [--budget 5]
 
-Each run supervises the beating child of ``train.faults`` with a hang armed for
+Each run supervises the beating child of ``trainbox.faults`` with a hang armed for
 attempt 0; attempt 1 runs to completion. From the events: how late after the
 budget ran out the stall was noticed, how long the incident report took and
 its size, how long the kill took, and the time from "tree gone" to the first
@@ -21,7 +21,7 @@ from typing import Any, Dict, List
 from common import events, span, summary, train_cli, write_results
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
-#: Ultralytics hangs: (profile, fault, startup budget) under `python -m train run` on demo data.
+#: Ultralytics hangs: (profile, fault, startup budget) under `python -m trainbox run` on demo data.
 YOLO_KINDS = {
     "worker deadlock (fast)": ("fast", "sleep@worker,attempt=0,train=1,epoch>=2", 120),
     "hang after validation": ("safe", "sleep@val_end,attempt=0,epoch=1", 120),
@@ -51,7 +51,7 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
                 "--",
                 sys.executable,
                 "-m",
-                "train.faults",
+                "trainbox.faults",
                 "--steps",
                 "20",
                 "--interval",
@@ -140,7 +140,7 @@ def main() -> int:
                     print(f"{kind}: {yolo[kind][-1]}", flush=True)
         lines += [
             "",
-            f"Ultralytics (`python -m train run`, yolov8n on demo data, CPU, {args.yolo_repeat} run(s) each):",
+            f"Ultralytics (`python -m trainbox run`, yolov8n on demo data, CPU, {args.yolo_repeat} run(s) each):",
             "",
             "| hang | budget s | budget→noticed s | report s | kill s | gone→first resumed beat s | gone→first resumed batch s |",
             "| --- | --- | --- | --- | --- | --- | --- |",

@@ -3,7 +3,7 @@
 Supervised, it is found within a minute when a DataLoader worker hangs, and it
 resumes from its own checkpoint::
 
-    python -m train supervise --stall-timeout 60 -- python examples/plain_pytorch.py --workers 2
+    python -m trainbox supervise --stall-timeout 60 -- python examples/plain_pytorch.py --workers 2
 
 ``torch.compile`` can take minutes before the first batch; the script declares
 that as a ``compile`` phase with its own budget, so a slow compile is not
@@ -22,9 +22,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from train import faults
-from train.atomic import atomic_writer
-from train.heartbeat import beat
+from trainbox import faults
+from trainbox.atomic import atomic_writer
+from trainbox.heartbeat import beat
 
 
 class Noise(Dataset):

@@ -39,15 +39,15 @@ class Finished:
 
 
 def cli_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    full_env = dict(os.environ, PYTHONPATH=str(REPO))
+    full_env = dict(os.environ)
     full_env.pop("TRAIN_FAULT", None)
     full_env.update(env or {})
     return full_env
 
 
 def start_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
-    """Start ``python -m train ARGS`` in the background (the test signals or waits for it)."""
-    return subprocess.Popen([sys.executable, "-m", "train", *args], env=cli_env(env), cwd=REPO)
+    """Start ``python -m trainbox ARGS`` in the background (the test signals or waits for it)."""
+    return subprocess.Popen([sys.executable, "-m", "trainbox", *args], env=cli_env(env), cwd=REPO)
 
 
 def train_cli(
@@ -56,9 +56,9 @@ def train_cli(
     env: Optional[Dict[str, str]] = None,
     timeout: float = 600,
 ) -> Finished:
-    """Run ``python -m train ARGS`` to completion."""
+    """Run ``python -m trainbox ARGS`` to completion."""
     done = subprocess.run(
-        [sys.executable, "-m", "train", *args],
+        [sys.executable, "-m", "trainbox", *args],
         capture_output=True,
         text=True,
         env=cli_env(env),
@@ -69,8 +69,8 @@ def train_cli(
 
 
 def faulty_child(*args: str) -> List[str]:
-    """The beating child from train.faults, as a command line."""
-    return [sys.executable, "-m", "train.faults", *args]
+    """The beating child from trainbox.faults, as a command line."""
+    return [sys.executable, "-m", "trainbox.faults", *args]
 
 
 def survivors(run_dir: Path) -> List[psutil.Process]:

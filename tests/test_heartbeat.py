@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 from tests.supervised import REPO
-from train import heartbeat
-from train.budgets import Budget, BudgetPolicy
+from trainbox import heartbeat
+from trainbox.budgets import Budget, BudgetPolicy
 
 CHILD = """
 import json, sys
-from train import heartbeat
+from trainbox import heartbeat
 written = sum(heartbeat.beat("train", step=i, epoch=0, batch=i, loss=0.5) for i in range(20000))
 written += heartbeat.beat("val", timeout=30)
 print(json.dumps(written))

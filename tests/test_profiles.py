@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.supervised import train_cli
-from train import profiles
-from train.ladder import ProfileLadder
-from train.supervisor import Outcome
+from trainbox import profiles
+from trainbox.ladder import ProfileLadder
+from trainbox.supervisor import Outcome
 
 
 def test_shipped_profiles_load_and_fall_back_to_safe() -> None:

@@ -1,4 +1,4 @@
-"""``python -m train``: supervised training, demo data, health, doctor and MIOpen warm-up.
+"""``python -m trainbox``: supervised training, demo data, health, doctor and MIOpen warm-up.
 
 Host-side module: never imports torch or ultralytics. User mistakes end with
 one line on stderr and exit status 2, never a traceback.
@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
-from train import profiles, warmup
-from train.doctor import cli as doctor_cli
-from train.supervisor import Launch, Planner, Supervisor, SupervisorSpec
+from trainbox import profiles, warmup
+from trainbox.doctor import cli as doctor_cli
+from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
 
 EXIT_USAGE = 2
 DEFAULT_RUN_DIR = "runs/trainbox"
@@ -89,10 +89,10 @@ def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profil
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m train", description="Supervised, self-healing training (trainbox).")
+    parser = _Parser(prog="python -m trainbox", description="Supervised, self-healing training (trainbox).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    supervise = sub.add_parser("supervise", help="supervise any command: python -m train supervise [options] -- CMD ...")
+    supervise = sub.add_parser("supervise", help="supervise any command: python -m trainbox supervise [options] -- CMD ...")
     _add_supervisor_options(supervise, budgets_from_profile=False)
 
     run = sub.add_parser("run", help="supervised Ultralytics training with a profile")
@@ -147,14 +147,14 @@ def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
-        raise UsageError("no command to supervise: python -m train supervise [options] -- CMD [ARGS...]")
+        raise UsageError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, startup_timeout=args.startup_timeout, stall_timeout=args.stall_timeout)
     return Supervisor(_spec(args, Planner(launch))).run()
 
 
 def _run(args: argparse.Namespace) -> int:
-    from train.ladder import ProfileLadder
-    from train.yolo.args import OverrideError, validate_overrides
+    from trainbox.ladder import ProfileLadder
+    from trainbox.yolo.args import OverrideError, validate_overrides
 
     directory = args.profiles_dir or profiles.default_profiles_dir()
     try:
@@ -168,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _demo_data(args: argparse.Namespace) -> int:
-    from train.demo_data import write_demo_dataset
+    from trainbox.demo_data import write_demo_dataset
 
     try:
         data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
@@ -179,7 +179,7 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from train.health import check
+    from trainbox.health import check
 
     healthy, why = check(args.run_dir)
     print(("healthy: " if healthy else "unhealthy: ") + why)

@@ -87,7 +87,7 @@ def write_demo_dataset(directory: Path, train: int = 32, val: int = 8, imgsz: in
     names = "\n".join(f"  {i}: {name}" for i, (name, _) in enumerate(CLASSES))
     data_yaml = directory / "data.yaml"
     data_yaml.write_text(
-        "# trainbox demo dataset (synthetic; python -m train demo-data)\n"
+        "# trainbox demo dataset (synthetic; python -m trainbox demo-data)\n"
         f"train: images/train\nval: images/val\nnc: {len(CLASSES)}\nnames:\n{names}\n"
     )
     return data_yaml

@@ -11,7 +11,7 @@ with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
 that is one dictionary lookup.
 
 Each hang runs in a function whose name says what it is, so tests can find
-that name in the incident's stacks. ``python -m train.faults`` is a small
+that name in the incident's stacks. ``python -m trainbox.faults`` is a small
 beating child for supervisor tests (see ``main``).
 """
 
@@ -181,9 +181,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ``--phase-timeout`` declares a phase ``slow`` of that budget before step
     ``--slow-step`` and then stays silent for ``--slow-seconds``.
     """
-    from train import heartbeat
+    from trainbox import heartbeat
 
-    parser = argparse.ArgumentParser(prog="python -m train.faults")
+    parser = argparse.ArgumentParser(prog="python -m trainbox.faults")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--slow-step", type=int, default=-1)

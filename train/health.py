@@ -1,4 +1,4 @@
-"""``python -m train health``: is the supervised run alive and making progress?
+"""``python -m trainbox health``: is the supervised run alive and making progress?
 
 Reads ``RUN_DIR/state.json``, which the supervisor rewrites at least every
 second while it watches a child. Healthy means: the supervisor is alive and
@@ -14,7 +14,7 @@ from typing import Tuple
 
 import psutil
 
-from train.supervisor import LIVE_STATES, STATE_FILE, State
+from trainbox.supervisor import LIVE_STATES, STATE_FILE, State
 
 #: How old state.json may be before the supervisor itself counts as hung.
 STATE_STALE_S = 30.0

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from train.atomic import write_text_atomic
+from trainbox.atomic import write_text_atomic
 
 HEARTBEAT_ENV = "TRAIN_HEARTBEAT_FILE"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"

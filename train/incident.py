@@ -7,7 +7,7 @@
 * ``processes.json`` and ``processes.txt``: the tree with states, CPU times, threads;
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
-  that registered one (see :func:`train.heartbeat.install_stack_dump`);
+  that registered one (see :func:`trainbox.heartbeat.install_stack_dump`);
 * ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd messages),
   ``gpu.txt`` (rocm-smi or nvidia-smi and recent GPU reset messages, when present).
 
@@ -27,9 +27,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
-from train import heartbeat, proctree
-from train.atomic import fsync_path
-from train.gpu_state import gpu_state
+from trainbox import heartbeat, proctree
+from trainbox.atomic import fsync_path
+from trainbox.gpu_state import gpu_state
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0

@@ -1,4 +1,4 @@
-"""The profile ladder behind ``python -m train run``: each stall steps down to a safer profile.
+"""The profile ladder behind ``python -m trainbox run``: each stall steps down to a safer profile.
 
 Attempt 0 uses the chosen profile with the user's KEY=VALUE overrides. After a
 stall the next attempt uses the profile's ``fallback`` (fast -> balanced ->
@@ -11,14 +11,13 @@ every other override (data, epochs, imgsz, ...) is kept.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from train import warmup
-from train.profiles import Profile
-from train.supervisor import Launch, Outcome, Planner
-from train.yolo.args import PROFILE_KEYS
+from trainbox import module_command, warmup
+from trainbox.profiles import Profile
+from trainbox.supervisor import Launch, Outcome, Planner
+from trainbox.yolo.args import PROFILE_KEYS
 
 
 class ProfileLadder(Planner):
@@ -48,7 +47,7 @@ class ProfileLadder(Planner):
     def _launch(self) -> Launch:
         profile = self.profile
         return Launch(
-            argv=[sys.executable, "-m", "train.yolo", "--profile", profile.name, *self._overrides()],
+            argv=module_command("trainbox.yolo", "--profile", profile.name, *self._overrides()),
             startup_timeout=self._startup_timeout(profile),
             stall_timeout=self.stall_timeout or profile.stall_timeout,
             profile=profile.name,

@@ -19,10 +19,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
-from train import heartbeat, incident, proctree
-from train.atomic import write_text_atomic
-from train.budgets import Budget, BudgetPolicy
-from train.events import EventLog
+from trainbox import heartbeat, incident, proctree
+from trainbox.atomic import write_text_atomic
+from trainbox.budgets import Budget, BudgetPolicy
+from trainbox.events import EventLog
 
 EXIT_OK = 0
 EXIT_GAVE_UP = 1
@@ -56,7 +56,7 @@ class State(str, Enum):
     STOPPED = "stopped"
 
 
-#: States in which ``python -m train health`` reports healthy (while beats keep coming).
+#: States in which ``python -m trainbox health`` reports healthy (while beats keep coming).
 LIVE_STATES = (State.STARTING, State.RUNNING, State.BACKOFF)
 
 

@@ -45,8 +45,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import yaml
 
-from train.doctor import kfd
-from train.doctor.inside import user_dirs
+from trainbox.doctor import kfd
+from trainbox.doctor.inside import user_dirs
 
 MARKER_PREFIX = "trainbox-warm-"
 #: First-batch budget on a warm cache: imports, dataset scan, model build and worker start, no compiling.
@@ -123,9 +123,9 @@ def run_key(
     root: Path = Path("/"),
     environ: Optional[Mapping[str, str]] = None,
 ) -> WarmupKey:
-    """The key of a run from its validated Ultralytics overrides (``train.yolo.args.validate_overrides``)."""
-    from train.yolo.args import load_defaults
-    from train.yolo.runner import DEFAULT_MODEL
+    """The key of a run from its validated Ultralytics overrides (``trainbox.yolo.args.validate_overrides``)."""
+    from trainbox.yolo.args import load_defaults
+    from trainbox.yolo.runner import DEFAULT_MODEL
 
     if conv_backend not in CONV_BACKENDS:
         raise ValueError(f"conv_backend must be one of {', '.join(CONV_BACKENDS)}, not {conv_backend!r}")
@@ -148,7 +148,7 @@ def key_for_pairs(
     environ: Optional[Mapping[str, str]] = None,
 ) -> WarmupKey:
     """The key of a run from its raw ``KEY=VALUE`` arguments, as the ladder holds them (parsed, not validated)."""
-    from train.yolo.args import parse_value
+    from trainbox.yolo.args import parse_value
 
     overrides = {key.strip(): parse_value(text) for key, sep, text in (p.partition("=") for p in pairs) if sep}
     return run_key(overrides, conv_backend, root, environ)
@@ -213,7 +213,7 @@ def warm_up(key: WarmupKey, device: str, cache_dir: Path) -> Dict[str, Any]:
         raise ValueError(f"warm-up needs a fixed batch and imgsz, got batch={key.batch} imgsz={key.imgsz}")
     import torch
 
-    from train.yolo import offline
+    from trainbox.yolo import offline
 
     offline.prepare_environment(Path(tempfile.gettempdir()) / "trainbox-warmup-ultralytics")
     from ultralytics import YOLO
@@ -264,9 +264,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """``python -m train warmup``: warm the kernel cache for a run's shapes and print what happened as JSON."""
-    from train import profiles
-    from train.yolo.args import OverrideError, validate_overrides
+    """``python -m trainbox warmup``: warm the kernel cache for a run's shapes and print what happened as JSON."""
+    from trainbox import profiles
+    from trainbox.yolo.args import OverrideError, validate_overrides
 
     try:
         profile = profiles.load(args.profile, args.profiles_dir)

@@ -21,8 +21,8 @@ import pytest
 from docker.errors import APIError, ImageNotFound
 
 from tests.bundle.engine2 import SecondEngine
-from train.container import build, bundle, engine, fingerprint
-from train.container.errors import UserError
+from trainbox.container import build, bundle, engine, fingerprint
+from trainbox.container.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_REPOSITORY, TEST_TAG_NAME = "trainbox-bundletest", "cpu"

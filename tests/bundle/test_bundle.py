@@ -23,8 +23,8 @@ import pytest
 from docker.errors import ImageNotFound
 
 from tests.bundle.conftest import MEASURED, ROOT, TEST_TAG
-from train.container import bundle, fingerprint, locks
-from train.container.errors import UserError
+from trainbox.container import bundle, fingerprint, locks
+from trainbox.container.errors import UserError
 
 
 def has_image(client: docker.APIClient, ref: str) -> bool:

@@ -10,8 +10,8 @@ from typing import Dict, List
 
 import pytest
 
-from train.container import envfiles, flavors, locks
-from train.container.errors import UserError
+from trainbox.container import envfiles, flavors, locks
+from trainbox.container.errors import UserError
 
 
 def sha(text: str) -> str:

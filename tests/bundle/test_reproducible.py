@@ -24,7 +24,7 @@ import docker
 import pytest
 
 from tests.bundle.conftest import ROOT, build_environment
-from train.container import compose, dotenv, fingerprint
+from trainbox.container import compose, dotenv, fingerprint
 
 TAGS = {"cached": ("trainbox-repro", "cached"), "fresh": ("trainbox-repro", "fresh")}
 SITE_HASHES = (

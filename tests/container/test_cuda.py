@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator
 
 import pytest
 
-from train.container import compose, dotenv, envfiles, launch
+from trainbox.container import compose, dotenv, envfiles, launch
 
 from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID, assert_checkpoint, events, invoke, settings_of
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from train.container import compose, dotenv, envfiles, flavors
-from train.container.errors import UserError
+from trainbox.container import compose, dotenv, envfiles, flavors
+from trainbox.container.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 

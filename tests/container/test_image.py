@@ -7,7 +7,7 @@ from typing import Dict
 
 import pytest
 
-from train.container import envfiles, flavors
+from trainbox.container import envfiles, flavors
 
 BUILDABLE = ("cpu", "cuda")
 

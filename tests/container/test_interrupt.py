@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from train import interrupt
+from trainbox import interrupt
 
 from .conftest import FAST_SUPERVISOR, LOCAL_CAS, ROOT, container_of
 

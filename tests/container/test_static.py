@@ -15,8 +15,8 @@ from typing import Dict, List
 import pytest
 import yaml
 
-from train.container import compose, dotenv, envfiles, flavors, locks
-from train.container.errors import UserError
+from trainbox.container import compose, dotenv, envfiles, flavors, locks
+from trainbox.container.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = {name: ROOT / flavors.get(name).dockerfile for name in flavors.NAMES}
@@ -254,7 +254,7 @@ def test_rocm_lock_refused_with_one_line_until_generated_where_the_index_is_reac
 
 
 def test_pyproject_lists_package() -> None:
-    assert '"train.container"' in (ROOT / "pyproject.toml").read_text()
+    assert '"trainbox.container"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_compose_interpolation() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from train.container import dotenv, status
-from train.container.errors import UserError
+from trainbox.container import dotenv, status
+from trainbox.container.errors import UserError
 
 NOW = 1_800_000_000.0
 

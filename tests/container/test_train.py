@@ -14,8 +14,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from train.container import compose, dotenv, engine, envfiles, flavors, launch
-from train.container.errors import UserError
+from trainbox.container import compose, dotenv, engine, envfiles, flavors, launch
+from trainbox.container.errors import UserError
 
 from .conftest import (
     FAST_SUPERVISOR,
@@ -52,7 +52,7 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
     docker_api, cpu_image, runs_dir: Path, tmp_path: Path, run_name: str, session_env
 ) -> None:
     data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "train", "demo-data", str(data)], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "trainbox", "demo-data", str(data)], check=True, cwd=ROOT)
     env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
     args = [
         "train",
@@ -230,3 +230,39 @@ def test_existing_container_name_is_a_one_line_error(docker_api, cpu_image, run_
 def test_missing_image_names_the_build_command(docker_api) -> None:
     with pytest.raises(UserError, match=r"image trainbox:no-such-tag not found: run `invoke build --flavor cpu`"):
         engine.image(docker_api, "trainbox:no-such-tag", "cpu")
+
+
+def test_invoke_train_from_a_users_folder_with_train_py(
+    docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, tmp_path: Path
+) -> None:
+    """invoke finds tasks.py through --search-root; the user's train.py and train/ beside it change nothing."""
+    folder = tmp_path / "project"
+    (folder / "train").mkdir(parents=True)
+    (folder / "train.py").write_text("raise SystemExit('the user train.py was imported')\n")
+    (folder / "train" / "__init__.py").write_text("raise SystemExit('the user train/ package was imported')\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invoke",
+            "--search-root",
+            str(ROOT),
+            "train",
+            "--flavor",
+            "cpu",
+            "--name",
+            run_name,
+            "--supervisor",
+            FAST_SUPERVISOR,
+            "--set",
+            "epochs=1",
+        ],
+        cwd=folder,
+        env=env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "was imported" not in result.stdout + result.stderr
+    assert_checkpoint(runs_dir / run_name)

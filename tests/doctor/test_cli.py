@@ -1,4 +1,4 @@
-"""``python -m train doctor`` handler on recorded trees: one line per check, exit status 1 on a failure."""
+"""``python -m trainbox doctor`` handler on recorded trees: one line per check, exit status 1 on a failure."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import List
 import pytest
 
 from tests.doctor.conftest import H100_DRIVER, host
-from train.doctor import cli
+from trainbox.doctor import cli
 
 
 def _run(argv: List[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:

@@ -9,9 +9,9 @@ from typing import Iterable
 import pytest
 
 from tests.doctor.conftest import host
-from train.doctor import devices
-from train.doctor.devices import Identity
-from train.doctor.result import Status
+from trainbox.doctor import devices
+from trainbox.doctor.devices import Identity
+from trainbox.doctor.result import Status
 
 ALICE_UID = 4321
 

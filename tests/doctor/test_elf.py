@@ -6,8 +6,8 @@ import re
 import sys
 from pathlib import Path
 
-from train.doctor.elf import soname
-from train.doctor.inside import loaded_libraries
+from trainbox.doctor.elf import soname
+from trainbox.doctor.inside import loaded_libraries
 
 
 def test_soname_of_the_loaded_libc() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.doctor.conftest import FIXTURES
-from train import gpu_state
+from trainbox import gpu_state
 
 
 def _program(directory: Path, name: str, body: str) -> None:

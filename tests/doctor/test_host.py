@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.doctor.conftest import HOST_NAMES, host
-from train.container import envfiles
-from train.doctor import checkup, devices, report
-from train.doctor import host as host_checks
-from train.doctor.result import Check, Status
+from trainbox.container import envfiles
+from trainbox.doctor import checkup, devices, report
+from trainbox.doctor import host as host_checks
+from trainbox.doctor.result import Check, Status
 
 
 def test_driver_loaded() -> None:

@@ -7,14 +7,20 @@ import sys
 
 from tests.supervised import REPO
 
-HOST_MODULES = ("train.doctor.cli", "train.doctor.checkup", "train.doctor.inside", "train.gpu_state", "train.warmup")
+HOST_MODULES = (
+    "trainbox.doctor.cli",
+    "trainbox.doctor.checkup",
+    "trainbox.doctor.inside",
+    "trainbox.gpu_state",
+    "trainbox.warmup",
+)
 
 
 def test_host_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in HOST_MODULES)
-        + "from train import warmup\n"
+        + "from trainbox import warmup\n"
         + "warmup.kernel_cache_state(warmup.run_key({}))\n"
         + "heavy = sorted(m for m in ('torch', 'ultralytics') if m in sys.modules)\n"
         + "assert not heavy, heavy\n"

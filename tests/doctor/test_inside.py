@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from train.doctor import inside, report
-from train.doctor.mounts import parse_mountinfo
-from train.doctor.result import Check, Status
+from trainbox.doctor import inside, report
+from trainbox.doctor.mounts import parse_mountinfo
+from trainbox.doctor.result import Check, Status
 
 MAPS = """\
 7f0000000000-7f0000100000 r-xp 00000000 fd:00 123 /opt/venv/lib/python3.10/site-packages/torch/lib/libMIOpen.so

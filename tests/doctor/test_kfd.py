@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.doctor.conftest import host
-from train.container import envfiles
-from train.doctor import kfd
-from train.doctor.result import Status
+from trainbox.container import envfiles
+from trainbox.doctor import kfd
+from trainbox.doctor.result import Status
 
 CARDS = [
     # tree, arch, CUs, override needed, kdb MIOpen asks for

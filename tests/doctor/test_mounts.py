@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.doctor.conftest import FIXTURES
-from train.doctor.mounts import mount_of, parse_mountinfo
+from trainbox.doctor.mounts import mount_of, parse_mountinfo
 
 CONTAINER = parse_mountinfo((FIXTURES / "mountinfo/docker-cpu-container.txt").read_text())
 

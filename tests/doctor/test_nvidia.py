@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.doctor.conftest import H100_DRIVER, host
-from train.container import envfiles
-from train.doctor import checkup, devices, nvidia, report
-from train.doctor import host as host_checks
-from train.doctor.result import Check, Status
+from trainbox.container import envfiles
+from trainbox.doctor import checkup, devices, nvidia, report
+from trainbox.doctor import host as host_checks
+from trainbox.doctor.result import Check, Status
 
 OPEN_MODULE = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build"

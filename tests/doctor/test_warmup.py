@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.doctor.conftest import host
-from train import warmup
-from train.demo_data import write_demo_dataset
-from train.warmup import CacheState
+from trainbox import warmup
+from trainbox.demo_data import write_demo_dataset
+from trainbox.warmup import CacheState
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_target_is_the_kdb_name_of_device_0() -> None:
 
 
 def test_run_key_from_overrides(demo_yaml: str) -> None:
-    from train.yolo.runner import DEFAULT_MODEL
+    from trainbox.yolo.runner import DEFAULT_MODEL
 
     environ = {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}
     key = warmup.run_key({"data": demo_yaml, "imgsz": 320}, root=host("rx5600xt"), environ=environ)

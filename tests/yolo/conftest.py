@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import pytest
 
 from tests.supervised import REPO
-from train.demo_data import write_demo_dataset
-from train.yolo import offline
+from trainbox.demo_data import write_demo_dataset
+from trainbox.yolo import offline
 
 #: Tiny, fast training arguments shared by every run.
 TINY = ("imgsz=64", "batch=8", "device=cpu", "plots=False")
@@ -75,10 +75,10 @@ def child_env(run_dir: Path, attempt: int = 0, fault: str = "", **extra: str) ->
 def run_child(
     run_dir: Path, profile: str, args: Sequence[str], attempt: int = 0, fault: str = "", timeout: float = 300
 ) -> ChildRun:
-    """One unsupervised attempt of ``python -m train.yolo``."""
+    """One unsupervised attempt of ``python -m trainbox.yolo``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "-m", "train.yolo", "--profile", profile, *args],
+        [sys.executable, "-m", "trainbox.yolo", "--profile", profile, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -10,7 +10,7 @@ import pytest
 
 from tests.supervised import REPO
 from tests.yolo.conftest import run_child
-from train.yolo.args import OverrideError, validate_overrides
+from trainbox.yolo.args import OverrideError, validate_overrides
 
 
 def test_valid_overrides_come_back_typed(demo_data: Path) -> None:
@@ -69,7 +69,7 @@ def test_shipped_model_yaml_is_accepted(demo_data: Path) -> None:
 
 def test_args_module_stays_host_side() -> None:
     code = (
-        "import sys, train.yolo.args as a, train.yolo.runner, train.yolo.settings\n"
+        "import sys, trainbox.yolo.args as a, trainbox.yolo.runner, trainbox.yolo.settings\n"
         "a.load_defaults()\n"
         "bad = [m for m in ('torch', 'ultralytics', 'numpy') if m in sys.modules]\n"
         "assert not bad, bad\n"

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, SequentialSampler
 
-from train import profiles
-from train.yolo.settings import from_profile
+from trainbox import profiles
+from trainbox.yolo.settings import from_profile
 
 SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
 
@@ -28,7 +28,7 @@ def restore_threads() -> Iterator[None]:
 
 
 def _trainer(profile_name: str, demo_data: Path, run_dir: Path) -> Any:
-    from train.yolo.trainer import ProfiledDetectionTrainer
+    from trainbox.yolo.trainer import ProfiledDetectionTrainer
 
     profile = profiles.load(profile_name)
     overrides = {
@@ -121,7 +121,7 @@ def test_safe_loads_in_the_training_process(demo_data: Path, tmp_path: Path, res
 
 
 def test_indices_carry_the_epoch_and_batch_they_are_fetched_for() -> None:
-    from train.yolo.loader import EpochTaggedRepeatSampler
+    from trainbox.yolo.loader import EpochTaggedRepeatSampler
 
     sampler = EpochTaggedRepeatSampler(BatchSampler(SequentialSampler(range(5)), 2, False), first_epoch=3)
     got = list(itertools.islice(iter(sampler), 6))

@@ -13,7 +13,7 @@ from tests.yolo.conftest import run_child
 GUARD_IN_MAIN = """
 import socket, sys
 from pathlib import Path
-from train.yolo.offline import NetworkBlocked, install_network_guard
+from trainbox.yolo.offline import NetworkBlocked, install_network_guard
 log = Path(sys.argv[1])
 install_network_guard(log)
 socket.getaddrinfo("localhost", 0)
@@ -32,7 +32,7 @@ GUARD_IN_WORKER = """
 import os, socket, sys
 from pathlib import Path
 from torch.utils.data import DataLoader, Dataset
-from train.yolo.loader import WorkerInit
+from trainbox.yolo.loader import WorkerInit
 
 class Lookup(Dataset):
     def __len__(self):

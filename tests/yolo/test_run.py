@@ -1,4 +1,4 @@
-"""End to end through ``python -m train run``: hangs and kills on attempt 0, resumed to the last epoch."""
+"""End to end through ``python -m trainbox run``: hangs and kills on attempt 0, resumed to the last epoch."""
 
 from __future__ import annotations
 

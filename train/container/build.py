@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional, TextIO
 
-from train.container import compose, dotenv, engine, locks
-from train.container.errors import UserError
-from train.interrupt import StopRequested
+from trainbox.container import compose, dotenv, engine, locks
+from trainbox.container.errors import UserError
+from trainbox.interrupt import StopRequested
 
 
 def build(

@@ -30,9 +30,9 @@ from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, TextIO
 import docker
 from docker.errors import APIError, ImageNotFound
 
-from train.atomic import atomic_writer
-from train.container import compose, dotenv, engine, envfiles, fingerprint, flavors, locks
-from train.container.errors import UserError
+from trainbox.atomic import atomic_writer
+from trainbox.container import compose, dotenv, engine, envfiles, fingerprint, flavors, locks
+from trainbox.container.errors import UserError
 
 FORMAT = "trainbox-bundle/1"
 MANIFEST = "manifest.json"

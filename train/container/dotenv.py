@@ -18,10 +18,10 @@ import subprocess
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from train.atomic import write_text_atomic
-from train.container import envfiles, flavors, locks
-from train.container.compose import COMPOSE_FILE
-from train.container.errors import UserError
+from trainbox.atomic import write_text_atomic
+from trainbox.container import envfiles, flavors, locks
+from trainbox.container.compose import COMPOSE_FILE
+from trainbox.container.errors import UserError
 
 KFD_DEVICE = flavors.KFD_DEVICE
 DRI_DEVICE = Path("/dev/dri")

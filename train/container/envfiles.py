@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Dict
 
-from train.container import flavors
-from train.container.errors import UserError
+from trainbox.container import flavors
+from trainbox.container.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = flavors.ENV_DIR

@@ -22,10 +22,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import docker
 from docker.errors import APIError, ImageNotFound
 
-from train.atomic import write_text_atomic
-from train.container import compose, dotenv, engine
-from train.container.errors import UserError
-from train.doctor import kfd
+from trainbox.atomic import write_text_atomic
+from trainbox.container import compose, dotenv, engine
+from trainbox.container.errors import UserError
+from trainbox.doctor import kfd
 
 FORMAT = "trainbox-fingerprint/1"
 PROBE_TIMEOUT_S = 300

@@ -1,7 +1,7 @@
 """``invoke train`` / ``stop`` / ``logs`` / ``shell``: containers from compose.yaml's services.
 
 The container is created through the Docker SDK from the resolved compose
-service (:mod:`train.container.compose`) plus what differs per run: command,
+service (:mod:`trainbox.container.compose`) plus what differs per run: command,
 run name, dataset mount and extra environment.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
 import docker
 from docker.types import DeviceRequest, Mount
 
-from train.container import build, compose, dotenv, engine, envfiles, flavors
-from train.container.errors import UserError
-from train.interrupt import StopRequested, on_stop
+from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
+from trainbox.container.errors import UserError
+from trainbox.interrupt import StopRequested, on_stop
 
 RUN_LABEL = "io.trainbox.run"
 DEFAULT_GRACE_S = 10.0
@@ -61,7 +61,7 @@ def _dataset(data: Path) -> Tuple[Path, str]:
         return path, "data.yaml"
     if path.is_file():
         return path.parent, path.name
-    raise UserError(f"dataset {data} not found: pass a data.yaml or its directory (demo: `python -m train demo-data DIR`)")
+    raise UserError(f"dataset {data} not found: pass a data.yaml or its directory (demo: `python -m trainbox demo-data DIR`)")
 
 
 def check_devices(service: compose.Service) -> None:
@@ -215,7 +215,7 @@ def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Opt
 
     The first Ctrl-C (or SIGTERM/SIGHUP) gives the supervisor inside ``grace_s`` to save
     (``docker stop``: SIGTERM, then SIGKILL); a second one during that wait kills the container at once.
-    Needs :func:`train.interrupt.stop_requests` around it.
+    Needs :func:`trainbox.interrupt.stop_requests` around it.
     """
     out = out or sys.stdout
     try:

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from train.atomic import write_text_atomic
-from train.container import envfiles, flavors
-from train.container.errors import UserError
+from trainbox.atomic import write_text_atomic
+from trainbox.container import envfiles, flavors
+from trainbox.container.errors import UserError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 REQUIREMENTS_DIR = envfiles.ENV_DIR / "requirements"

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from train.container.errors import UserError
-from train.events import read_events
+from trainbox.container.errors import UserError
+from trainbox.events import read_events
 
 LAST_CHECKPOINT = Path("train") / "weights" / "last.pt"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Mapping, Optional
 
-from train.container import flavors
-from train.doctor import devices, host, kfd, nvidia
-from train.doctor.devices import Identity
-from train.doctor.result import Check
+from trainbox.container import flavors
+from trainbox.doctor import devices, host, kfd, nvidia
+from trainbox.doctor.devices import Identity
+from trainbox.doctor.result import Check
 
 FLAVORS = flavors.NAMES
 #: rocm when ``<root>/dev/kfd`` exists, else cuda when ``<root>/dev/nvidiactl`` does, else cpu (as ``invoke train``).

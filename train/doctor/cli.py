@@ -1,9 +1,9 @@
-"""``python -m train doctor [--inside]``: the handler ``train/cli.py`` wires in.
+"""``python -m trainbox doctor [--inside]``: the handler ``train/cli.py`` wires in.
 
 On the host it checks devices, groups, driver, GPU arch → HSA override and
 kdb, the NVIDIA driver version and Container Toolkit (cuda flavor), shared
 memory, Docker (and whether it can hand out NVIDIA GPUs), free disk and the
-image, and writes compose's ``.env`` (through ``train.container.dotenv``)
+image, and writes compose's ``.env`` (through ``trainbox.container.dotenv``)
 unless ``--no-env``. Inside the image (``--inside``) it checks what the
 training process will really load. Exit status 1 when a check failed, else 0.
 """
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional, TextIO
 
-from train.doctor import checkup, devices, report
-from train.doctor.result import Check, fail, ok
+from trainbox.doctor import checkup, devices, report
+from trainbox.doctor.result import Check, fail, ok
 
-INSIDE_FIX = "run the host doctor from the trainbox checkout; inside the image run `python -m train doctor --inside`"
+INSIDE_FIX = "run the host doctor from the trainbox checkout; inside the image run `python -m trainbox doctor --inside`"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_env(flavor: str) -> Check:
-    from train.container import dotenv, envfiles
-    from train.container.errors import UserError
+    from trainbox.container import dotenv, envfiles
+    from trainbox.container.errors import UserError
 
     try:
         path = dotenv.write(envfiles.REPO_ROOT, dotenv.settings(flavor))
@@ -49,7 +49,7 @@ def _write_env(flavor: str) -> Check:
 
 
 def _image_tag(flavor: str) -> str:
-    from train.container import compose, dotenv
+    from trainbox.container import compose, dotenv
 
     return compose.service(flavor, dotenv.variables(dotenv.settings(flavor))).image
 
@@ -62,8 +62,8 @@ def host(
     min_free: Optional[int] = None,
 ) -> List[Check]:
     """Every host check; on the real host (``root`` is ``/``) also write compose's .env, or check it (``write_env=False``)."""
-    from train.container import envfiles
-    from train.container.errors import UserError
+    from trainbox.container import envfiles
+    from trainbox.container.errors import UserError
 
     flavor = flavor or checkup.default_flavor(root)
     try:
@@ -89,7 +89,7 @@ def doctor(
 ) -> int:
     """Run the host (or ``inside``) doctor, print one line per check; 1 when a check failed, else 0."""
     if inside:
-        from train.doctor import inside as inside_doctor
+        from trainbox.doctor import inside as inside_doctor
 
         checks = inside_doctor.inside_checks()
     else:
@@ -99,6 +99,6 @@ def doctor(
 
 
 def main(args: argparse.Namespace) -> int:
-    """Handler for ``python -m train doctor`` (arguments from :func:`add_arguments`)."""
+    """Handler for ``python -m trainbox doctor`` (arguments from :func:`add_arguments`)."""
     min_free = None if args.min_free_gib is None else int(args.min_free_gib * 2**30)
     return doctor(args.inside, args.flavor, args.root, not args.no_docker, not args.no_env, min_free=min_free)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from train.doctor.result import Check, fail, not_applicable, ok, warn
+from trainbox.doctor.result import Check, fail, not_applicable, ok, warn
 
 KFD = Path("dev/kfd")
 DRI = Path("dev/dri")
@@ -190,7 +190,9 @@ def check_dotenv_gids(dotenv: Path, root: Path) -> Check:
     name = ".env gids"
     if not Path(dotenv).is_file():
         return fail(
-            name, f"{dotenv} missing: compose cannot start", "run `invoke setup` (or `python -m train doctor`, which writes it)"
+            name,
+            f"{dotenv} missing: compose cannot start",
+            "run `invoke setup` (or `python -m trainbox doctor`, which writes it)",
         )
     values = dict(
         line.split("=", 1) for line in Path(dotenv).read_text().splitlines() if "=" in line and not line.startswith("#")
@@ -201,5 +203,5 @@ def check_dotenv_gids(dotenv: Path, root: Path) -> Check:
         f"{k}={values.get(k, 'unset')} (devices say {v})" for k, v in wanted.items() if v is not None and values.get(k) != str(v)
     ]
     if stale:
-        return fail(name, f"{dotenv}: " + "; ".join(stale), "run `invoke setup` (or `python -m train doctor`) to rewrite .env")
+        return fail(name, f"{dotenv}: " + "; ".join(stale), "run `invoke setup` (or `python -m trainbox doctor`) to rewrite .env")
     return ok(name, f"{dotenv} matches the devices' GIDs")

@@ -12,8 +12,8 @@ from pathlib import Path
 from string import Template
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from train.doctor.devices import AMD_VENDOR
-from train.doctor.result import Check, fail, not_applicable, ok, warn
+from trainbox.doctor.devices import AMD_VENDOR
+from trainbox.doctor.result import Check, fail, not_applicable, ok, warn
 
 GIB = 1024**3
 #: Free space to build a flavor's image (the rocm5.2 torch wheel alone unpacks to about 8 GB; plus ROCm, MIOpen, layers;
@@ -141,7 +141,7 @@ def docker_runtimes(info: Mapping[str, Any]) -> List[str]:
 def expected_labels(flavor: str, stack: Mapping[str, str], dockerfile: Optional[Path] = None) -> Dict[str, str]:
     """``io.trainbox.*`` pin labels an image built from the current env/stack.env carries: the LABEL lines of the
     flavor's Dockerfile (``dockerfile``, default the checkout's), their ``${KEY}`` filled in from ``stack``."""
-    from train.container import envfiles, flavors
+    from trainbox.container import envfiles, flavors
 
     path = dockerfile or envfiles.REPO_ROOT / flavors.get(flavor).dockerfile
     labels = _LABEL.findall(path.read_text())

@@ -1,4 +1,4 @@
-"""``python -m train doctor --inside``: what the training process in the image really loads and where it caches.
+"""``python -m trainbox doctor --inside``: what the training process in the image really loads and where it caches.
 
 * which libMIOpen (ROCm) or libcudnn (CUDA) the process mapped, from
   ``/proc/self/maps`` after a convolution has run;
@@ -20,7 +20,7 @@ and keeps compiled kernels in memory only (../shared/notes/rocm-gfx1010.md);
 the SONAME shown tells ROCm's ``libMIOpen.so.1`` from the wheel's copy.
 
 On a CPU build of torch every GPU check reports "n/a" with the reason. torch
-is imported inside the functions: the host-side ``python -m train doctor``
+is imported inside the functions: the host-side ``python -m trainbox doctor``
 imports this module's parent package without it.
 """
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from train.doctor import elf, kfd
-from train.doctor.mounts import MOUNTINFO, Mount, mount_of, parse_mountinfo
-from train.doctor.result import Check, fail, not_applicable, ok, warn
+from trainbox.doctor import elf, kfd
+from trainbox.doctor.mounts import MOUNTINFO, Mount, mount_of, parse_mountinfo
+from trainbox.doctor.result import Check, fail, not_applicable, ok, warn
 
 PROC_MAPS = Path("/proc/self/maps")
 CONV_LIBRARIES = {"rocm": "libMIOpen", "cuda": "libcudnn"}
@@ -244,7 +244,7 @@ def check_device(torch: Any, backend: Optional[str]) -> Check:
         return fail(
             "gpu",
             f"{build} (HIP {torch.version.hip}) sees no device",
-            "run `python -m train doctor` on the host, then start the container with /dev/kfd, /dev/dri and the"
+            "run `python -m trainbox doctor` on the host, then start the container with /dev/kfd, /dev/dri and the"
             " render/video GIDs (`invoke train` or compose's rocm service do)",
         )
     props = torch.cuda.get_device_properties(0)

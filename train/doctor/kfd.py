@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Dict, List, Mapping, Optional
 
-from train.doctor.result import Check, fail, not_applicable, ok, warn
+from trainbox.doctor.result import Check, fail, not_applicable, ok, warn
 
 TOPOLOGY_NODES = Path("sys/class/kfd/kfd/topology/nodes")
 OVERRIDE_ENV = "HSA_OVERRIDE_GFX_VERSION"

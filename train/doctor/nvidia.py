@@ -14,9 +14,9 @@ import re
 from pathlib import Path
 from typing import Iterable, List, Mapping, Optional, Tuple
 
-from train.doctor.devices import NVIDIA
-from train.doctor.host import module_loaded
-from train.doctor.result import Check, fail, not_applicable, ok, warn
+from trainbox.doctor.devices import NVIDIA
+from trainbox.doctor.host import module_loaded
+from trainbox.doctor.result import Check, fail, not_applicable, ok, warn
 
 DRIVER_VERSION_FILE = Path("proc/driver/nvidia/version")
 #: Docker's built-in ``--gpus`` support runs this prestart hook (moby daemon/nvidia_linux.go looks it up in PATH).

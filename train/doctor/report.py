@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, List
 
-from train.doctor.result import Check, Status
+from trainbox.doctor.result import Check, Status
 
 _MARK = {Status.OK: "ok  ", Status.FAIL: "FAIL", Status.WARN: "warn", Status.NOT_APPLICABLE: "n/a "}
 

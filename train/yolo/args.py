@@ -25,7 +25,7 @@ the runner does not support multi-GPU DDP. The DataLoader start method,
 persistent workers, prefetch and CPU threads are not Ultralytics arguments
 and come from the profile only. ``workers``, ``val``, ``amp`` and
 ``compile`` are Ultralytics arguments that the profile also sets: given
-here, they override the profile (``python -m train run`` drops them again
+here, they override the profile (``python -m trainbox run`` drops them again
 when it falls back to another profile).
 """
 
@@ -206,6 +206,6 @@ def validate_overrides(pairs: Sequence[str]) -> Dict[str, Any]:
             value = _check_weights(key, value)
         result[key] = value
     if "data" not in result or result["data"] is None:
-        raise OverrideError("data= is required: the path of a dataset YAML (python -m train demo-data DIR writes one)")
+        raise OverrideError("data= is required: the path of a dataset YAML (python -m trainbox demo-data DIR writes one)")
     result["data"] = _check_data(result["data"])
     return result

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from train import faults, heartbeat
+from trainbox import faults, heartbeat
 
 
 class TrainingBeats:

@@ -21,8 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from train import faults
-from train.atomic import fsync_path, write_text_atomic
+from trainbox import faults
+from trainbox.atomic import fsync_path, write_text_atomic
 
 STAGING_DIR = ".staging"
 

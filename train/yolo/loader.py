@@ -18,7 +18,7 @@ Ultralytics' do, so the discarded loader never started any.
   guard, and the ``worker`` fault site inside ``__getitem__``.
 
 Fault site ``worker``: in training loaders it is ``SeededSamples``' (see
-``train.yolo.position``); in validation loaders' worker processes, inside
+``trainbox.yolo.position``); in validation loaders' worker processes, inside
 the dataset's ``__getitem__`` (the worker's copy of the dataset gets a
 subclass that adds the site), with context keys ``epoch``, ``batch`` (1-based,
 the pass it is fetched for), ``train`` (0), ``worker`` (id) and ``sample``
@@ -35,9 +35,9 @@ from torch.utils.data import DataLoader, RandomSampler, Sampler, get_worker_info
 from ultralytics.data.build import InfiniteDataLoader
 from ultralytics.utils import LOGGER
 
-from train import faults, heartbeat
-from train.yolo import offline
-from train.yolo.position import Position, PositionedBatchSampler, SeededSamples, TaggedIndex
+from trainbox import faults, heartbeat
+from trainbox.yolo import offline
+from trainbox.yolo.position import Position, PositionedBatchSampler, SeededSamples, TaggedIndex
 
 
 class EpochTaggedRepeatSampler:
@@ -202,7 +202,7 @@ def rebuild(
 
     ``workers`` is capped at the number of batches (more processes than batches never help).
     A training loader gets the positioned sampler and per-sample seeds of
-    ``train.yolo.position`` (mid-epoch resume; same order for any worker count).
+    ``trainbox.yolo.position`` (mid-epoch resume; same order for any worker count).
     """
     batches = len(base)  # Ultralytics' loaders count batches
     options: Dict[str, Any] = {}

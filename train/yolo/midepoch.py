@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from ultralytics.utils import LOGGER
 
-from train import faults
-from train.atomic import atomic_writer
-from train.yolo.position import Position, record
+from trainbox import faults
+from trainbox.atomic import atomic_writer
+from trainbox.yolo.position import Position, record
 
 MIDEPOCH_NAME = "midepoch.pt"
 

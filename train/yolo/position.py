@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
-from train import faults
+from trainbox import faults
 
 SAMPLE_LOG_ENV = "TRAIN_SAMPLE_LOG"
 

@@ -1,6 +1,6 @@
-"""One training attempt: ``python -m train.yolo --profile NAME [--run-dir DIR] [KEY=VALUE ...]``.
+"""One training attempt: ``python -m trainbox.yolo --profile NAME [--run-dir DIR] [KEY=VALUE ...]``.
 
-Environment (set by ``python -m train run``): ``TRAIN_RUN_DIR`` (unless
+Environment (set by ``python -m trainbox run``): ``TRAIN_RUN_DIR`` (unless
 ``--run-dir``), ``TRAIN_HEARTBEAT_FILE``, ``TRAIN_ATTEMPT``,
 ``TRAIN_STARTUP_TIMEOUT`` (seconds the setup phase may stay silent; default:
 the profile's ``startup_timeout``), ``TRAIN_PROFILES_DIR``, ``TRAIN_FAULT``.
@@ -13,7 +13,7 @@ Layout: Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
 Each attempt decides from ``RUN_DIR/train/weights/last.pt``: absent, train
 from scratch; resumable, Ultralytics resume (per epoch) — or, when
 ``weights/midepoch.pt`` continues past it, an exact continuation inside the
-epoch (``train.yolo.midepoch``); every epoch trained
+epoch (``trainbox.yolo.midepoch``); every epoch trained
 but not finalised (a kill between the last save and the final strip), strip
 and finish; already stripped, the run is complete. Exit status: 0 when the
 run is complete, 2 for bad arguments, a bad profile or an unusable
@@ -29,10 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from train import heartbeat, profiles
-from train.yolo import checkpoint, offline
-from train.yolo.args import PROFILE_KEYS, OverrideError, validate_overrides
-from train.yolo.settings import from_profile
+from trainbox import heartbeat, profiles
+from trainbox.yolo import checkpoint, offline
+from trainbox.yolo.args import PROFILE_KEYS, OverrideError, validate_overrides
+from trainbox.yolo.settings import from_profile
 
 STARTUP_TIMEOUT_ENV = "TRAIN_STARTUP_TIMEOUT"
 DEFAULT_MODEL = "yolov8n.yaml"
@@ -44,7 +44,7 @@ class UsageError(ValueError):
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m train.yolo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m trainbox.yolo", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True, help="profile name (env/profiles/NAME.yaml)")
     parser.add_argument("--run-dir", type=Path, default=None, help="default: $TRAIN_RUN_DIR")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments")
@@ -72,7 +72,7 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
 
     from ultralytics import YOLO
 
-    from train.yolo.trainer import ProfiledDetectionTrainer
+    from trainbox.yolo.trainer import ProfiledDetectionTrainer
 
     offline.disable_settings_sync()
     settings = from_profile(profile, overrides, startup_timeout, network_log)
@@ -89,7 +89,7 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
             checkpoint.strip_atomic(weights / "best.pt", updates={"train_results": stripped.get("train_results")})
         return f"run complete: every epoch was trained; finalised {last}"
 
-    from train.yolo import midepoch
+    from trainbox.yolo import midepoch
 
     last_epoch = ckpt["epoch"] if state is checkpoint.Resume.RESUME else None
     resume_from = midepoch.newer_than_last(weights, last_epoch) or (last if state is checkpoint.Resume.RESUME else None)

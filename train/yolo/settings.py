@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-from train.profiles import Profile
-from train.yolo.args import PROFILE_KEYS
+from trainbox.profiles import Profile
+from trainbox.yolo.args import PROFILE_KEYS
 
 
 @dataclasses.dataclass(frozen=True)

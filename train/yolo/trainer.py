@@ -30,10 +30,10 @@ from ultralytics.cfg import DEFAULT_CFG
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import LOGGER
 
-from train import faults
-from train.yolo import checkpoint, loader, midepoch
-from train.yolo.beats import TrainingBeats
-from train.yolo.settings import RunSettings
+from trainbox import faults
+from trainbox.yolo import checkpoint, loader, midepoch
+from trainbox.yolo.beats import TrainingBeats
+from trainbox.yolo.settings import RunSettings
 
 
 def apply_cpu_threads(threads: Optional[int]) -> int:

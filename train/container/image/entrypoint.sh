@@ -6,10 +6,10 @@
 #   demo [RUN ARGS]   write the demo dataset into the run directory and train
 #                     it (RUN ARGS default to --profile safe; image default);
 #                     $TRAINBOX_DEMO_DEFAULTS fill in KEY=VALUEs not given
-#   train RUN ARGS    python -m train run --run-dir RUN_DIR RUN ARGS
-#   health            python -m train health --run-dir RUN_DIR (HEALTHCHECK)
+#   train RUN ARGS    python -m trainbox run --run-dir RUN_DIR RUN ARGS
+#   health            python -m trainbox health --run-dir RUN_DIR (HEALTHCHECK)
 #   bash / sh         a shell with this environment (invoke shell)
-#   anything else     python -m train ARGS
+#   anything else     python -m trainbox ARGS
 set -eu
 for file in /etc/trainbox/env.d/*.env; do
   while IFS='=' read -r key value; do
@@ -28,13 +28,13 @@ case "$command" in
     for pair in $(echo "${TRAINBOX_DEMO_DEFAULTS:-}" | tr ',' ' '); do
       case " $* " in *" ${pair%%=*}="*) ;; *) defaults="$defaults $pair" ;; esac
     done
-    python -m train demo-data "$run_dir/demo-data"
+    python -m trainbox demo-data "$run_dir/demo-data"
     # shellcheck disable=SC2086  # defaults: KEY=VALUE words without spaces
-    exec python -m train run --run-dir "$run_dir" "$@" $defaults "data=$run_dir/demo-data/data.yaml"
+    exec python -m trainbox run --run-dir "$run_dir" "$@" $defaults "data=$run_dir/demo-data/data.yaml"
     ;;
-  train) exec python -m train run --run-dir "$run_dir" "$@" ;;
-  health) exec python -m train health --run-dir "$run_dir" "$@" ;;
+  train) exec python -m trainbox run --run-dir "$run_dir" "$@" ;;
+  health) exec python -m trainbox health --run-dir "$run_dir" "$@" ;;
   bash|sh) exec "$command" "$@" ;;
 esac
-[ -n "$command" ] || exec python -m train --help
-exec python -m train "$command" "$@"
+[ -n "$command" ] || exec python -m trainbox --help
+exec python -m trainbox "$command" "$@"
