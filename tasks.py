@@ -30,13 +30,12 @@ from typing import Any, Callable, List, Optional
 
 from invoke import Exit, task
 
-from trainbox import interrupt
+from trainbox import errors, interrupt
 from trainbox.container import build as build_image
 from trainbox.container import bundle as bundles
 from trainbox.container import dotenv, flavors, launch, locks
 from trainbox.container import fingerprint as fingerprints
 from trainbox.container import status as run_status
-from trainbox.container.errors import UserError
 from trainbox.doctor import cli as doctor_cli
 
 ROOT = Path(__file__).resolve().parent
@@ -68,8 +67,8 @@ def _one_line_errors_only(function: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
-        except UserError as exc:
-            raise Exit(f"error: {exc}", code=2) from None
+        except errors.TrainboxError as exc:
+            raise Exit(errors.line(exc), code=exc.code) from None
 
     return wrapper
 

@@ -1,10 +1,31 @@
-"""Suite-wide rule: in CI a test that cannot run fails loudly instead of skipping."""
+"""Suite-wide rules: the test layers, and in CI a test that cannot run fails loudly instead of skipping.
+
+Layers (markers registered in pyproject.toml):
+
+* ``docker``: needs the Docker Engine (every test that uses the ``docker_api`` fixture, marked here);
+* ``training``: trains for real, Ultralytics or torch (tests that use the ``demo_data`` fixture, marked
+  here, and tests marked by hand);
+* ``slow``: over about a minute on 2 cores without being either of the above.
+
+``python -m pytest -m "not docker and not training"`` is the inner loop; CI runs everything.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import List
 
 import pytest
+
+#: fixture -> the layer every test that uses it (directly or through another fixture) belongs to.
+LAYER_OF_FIXTURE = {"docker_api": "docker", "demo_data": "training"}
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    for item in items:
+        for fixture, layer in LAYER_OF_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(getattr(pytest.mark, layer))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -49,11 +49,6 @@ def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True) -> Itera
         raise
 
 
-def write_bytes_atomic(path: PathLike, data: bytes, fsync: bool = True) -> None:
-    with atomic_writer(path, "wb", fsync=fsync) as handle:
-        handle.write(data)
-
-
 def write_text_atomic(path: PathLike, text: str, fsync: bool = True) -> None:
     with atomic_writer(path, "w", fsync=fsync) as handle:
         handle.write(text)

@@ -1,7 +1,7 @@
 """``python -m trainbox``: supervised training, demo data, health, doctor and MIOpen warm-up.
 
 Host-side module: never imports torch or ultralytics. User mistakes end with
-one line on stderr and exit status 2, never a traceback.
+one line on stderr and exit status 2, never a traceback (:mod:`trainbox.errors`).
 """
 
 from __future__ import annotations
@@ -12,21 +12,17 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
-from trainbox import profiles, warmup
+from trainbox import errors, profiles, warmup
 from trainbox.doctor import cli as doctor_cli
+from trainbox.errors import UserError
 from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
 
-EXIT_USAGE = 2
 DEFAULT_RUN_DIR = "runs/trainbox"
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for; the message is the one line they see."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UserError(f"{message} (see '{self.prog} --help')")
 
 
 def _positive(text: str) -> float:
@@ -134,7 +130,7 @@ def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
             echo=not args.quiet,
         )
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -147,22 +143,19 @@ def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
-        raise UsageError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
+        raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, startup_timeout=args.startup_timeout, stall_timeout=args.stall_timeout)
     return Supervisor(_spec(args, Planner(launch))).run()
 
 
 def _run(args: argparse.Namespace) -> int:
     from trainbox.ladder import ProfileLadder
-    from trainbox.yolo.args import OverrideError, validate_overrides
+    from trainbox.yolo.args import validate_overrides
 
     directory = args.profiles_dir or profiles.default_profiles_dir()
-    try:
-        profile = profiles.load(args.profile, directory)
-        chain = profiles.fallback_chain(profile, directory)
-        validate_overrides(args.overrides)
-    except (profiles.ProfileError, OverrideError) as exc:
-        raise UsageError(str(exc)) from None
+    profile = profiles.load(args.profile, directory)
+    chain = profiles.fallback_chain(profile, directory)
+    validate_overrides(args.overrides)
     ladder = ProfileLadder(chain, args.overrides, directory, args.startup_timeout, args.stall_timeout)
     return Supervisor(_spec(args, ladder)).run()
 
@@ -173,7 +166,7 @@ def _demo_data(args: argparse.Namespace) -> int:
     try:
         data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
     except OSError as exc:
-        raise UsageError(f"cannot write the demo dataset to {args.directory}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write the demo dataset to {args.directory}: {exc.strerror or exc}") from None
     print(data_yaml)
     return 0
 
@@ -193,7 +186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "supervise":
             return _supervise(args, command)
         if command:
-            raise UsageError(f"'--' is only for 'supervise'; {args.command} takes no command")
+            raise UserError(f"'--' is only for 'supervise'; {args.command} takes no command")
         handlers = {
             "run": _run,
             "demo-data": _demo_data,
@@ -202,6 +195,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "warmup": warmup.main,
         }
         return handlers[args.command](args)
-    except UsageError as exc:
-        sys.stderr.write(f"trainbox: error: {exc}\n")
-        return EXIT_USAGE
+    except UserError as exc:
+        return errors.report(exc)

@@ -1,7 +1,8 @@
 """GPU state for incident reports: SMI output and recent kernel messages about the GPU.
 
-Host-side (no torch). Every source that cannot be read says so in one line,
-so an incident's ``gpu.txt`` always explains its own gaps.
+Host-side (no torch). The one reader of the kernel log (dmesg, else journalctl).
+Every source that cannot be read says so in one line, so an incident's
+``gpu.txt`` and ``kernel.txt`` always explain their own gaps.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 #: Kernel messages worth keeping: the AMD driver and its compute interface, DRM, GPU resets and ring
@@ -62,6 +64,14 @@ def gpu_kernel_lines(text: str, limit: int = KERNEL_LINES) -> List[str]:
     return [line for line in text.splitlines() if KERNEL_PATTERN.search(line)][-limit:]
 
 
+@dataclass(frozen=True)
+class GpuState:
+    """What an incident records about the GPU: ``gpu.txt`` and ``kernel.txt``."""
+
+    smi: str
+    kernel: str
+
+
 def _kernel_messages(deadline: float) -> str:
     reasons = []
     for argv in KERNEL_COMMANDS:
@@ -74,18 +84,23 @@ def _kernel_messages(deadline: float) -> str:
     return "not available: " + "; ".join(reasons) + "\n"
 
 
-def gpu_state(timeout: float = 10) -> str:
-    """rocm-smi / nvidia-smi output when installed, then recent GPU kernel messages; never raises.
-
-    ``timeout`` bounds the whole call: each command gets what is left of it, so a
-    hung driver (rocm-smi blocks on a wedged GPU) cannot stall an incident report.
-    """
-    deadline = time.monotonic() + timeout
+def _smi_output(deadline: float) -> str:
     sections = []
     for argv in SMI_COMMANDS:
         if len(argv) > 1 and shutil.which(argv[0]) is None:
             continue
         _, text = _run(argv, deadline - time.monotonic())
         sections.append(f"== {' '.join(argv)}\n{text.rstrip()}\n")
-    sections.append(f"== kernel messages (amdgpu, kfd, DRM, resets, hangs)\n{_kernel_messages(deadline)}")
     return "\n".join(sections)
+
+
+def read(timeout: float = 10) -> GpuState:
+    """rocm-smi / nvidia-smi output when installed, and recent GPU kernel messages; never raises.
+
+    ``timeout`` bounds the whole call: each command gets what is left of it, so a
+    hung driver (rocm-smi blocks on a wedged GPU) cannot stall an incident report.
+    """
+    deadline = time.monotonic() + timeout
+    smi = _smi_output(deadline)
+    kernel = "== kernel messages (amdgpu, kfd, DRM, resets, hangs)\n" + _kernel_messages(deadline)
+    return GpuState(smi=smi, kernel=kernel)

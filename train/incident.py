@@ -8,8 +8,8 @@
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
   that registered one (see :func:`trainbox.heartbeat.install_stack_dump`);
-* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd messages),
-  ``gpu.txt`` (rocm-smi or nvidia-smi and recent GPU reset messages, when present).
+* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd/DRM messages, GPU resets
+  and hung tasks, from :mod:`trainbox.gpu_state`), ``gpu.txt`` (rocm-smi or nvidia-smi, when present).
 
 The directory is assembled under a temporary name and renamed when complete.
 """
@@ -27,13 +27,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
-from trainbox import heartbeat, proctree
+from trainbox import gpu_state, heartbeat, proctree
 from trainbox.atomic import fsync_path
-from trainbox.gpu_state import gpu_state
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
-KERNEL_PATTERN = ("amdgpu", "kfd", "drm", "gpu", "hung_task", "nvrm", "xid")
 
 
 def _py_spy() -> Optional[str]:
@@ -112,18 +110,6 @@ def collect_stacks(pids: Sequence[int], stacks_dir: Optional[Path]) -> Dict[int,
     return results
 
 
-def kernel_messages(limit: int = 200) -> str:
-    """Recent kernel messages about the GPU, or why they cannot be read."""
-    try:
-        done = subprocess.run(["dmesg", "--time-format", "iso"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"kernel messages not readable: {exc}\n"
-    if done.returncode != 0:
-        return f"kernel messages not readable: {done.stderr.strip() or 'dmesg failed'}\n"
-    lines = [line for line in done.stdout.splitlines() if any(k in line.lower() for k in KERNEL_PATTERN)]
-    return "\n".join(lines[-limit:]) + "\n" if lines else "no amdgpu/kfd/GPU kernel messages\n"
-
-
 def _tree_text(rows: List[Dict[str, Any]]) -> str:
     by_parent: Dict[int, List[Dict[str, Any]]] = {}
     pids = {row["pid"] for row in rows}
@@ -175,8 +161,9 @@ def write_incident(
     (staging / "processes.txt").write_text(_tree_text(rows))
     (staging / "heartbeat.json").write_text(json.dumps(last_beat, indent=2, sort_keys=True))
     (staging / "output-tail.txt").write_bytes(output_tail)
-    (staging / "kernel.txt").write_text(kernel_messages())
-    (staging / "gpu.txt").write_text(gpu_state())
+    gpu = gpu_state.read()
+    (staging / "kernel.txt").write_text(gpu.kernel)
+    (staging / "gpu.txt").write_text(gpu.smi)
 
     summary = dict(reason)
     summary.update(

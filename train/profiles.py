@@ -15,10 +15,12 @@ from typing import Dict, List, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainbox.errors import UserError
+
 PROFILES_DIR_ENV = "TRAIN_PROFILES_DIR"
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError):
     """A profile that cannot be used; the message is one line naming file and field."""
 
 

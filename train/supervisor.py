@@ -22,11 +22,9 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 from trainbox import heartbeat, incident, proctree
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
+from trainbox.errors import ExitCode
 from trainbox.events import EventLog
 
-EXIT_OK = 0
-EXIT_GAVE_UP = 1
-EXIT_MISCONFIGURED = 3
 STATE_FILE = "state.json"
 HEARTBEAT_FILE = "heartbeat.json"
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -215,7 +213,7 @@ class Supervisor:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         proctree.become_subreaper()
-        code = EXIT_GAVE_UP
+        code: int = ExitCode.GAVE_UP
         try:
             code = self._loop()
             return code
@@ -243,7 +241,7 @@ class Supervisor:
             if outcome.kind == "stopped":
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal", outcome)
             if outcome.kind == "exited" and outcome.code == 0:
-                return self._finish(attempt, EXIT_OK, State.SUCCEEDED, "completed", outcome)
+                return self._finish(attempt, ExitCode.OK, State.SUCCEEDED, "completed", outcome)
             history.append(self._describe(outcome, launch))
             no_beat_streak = no_beat_streak + 1 if outcome.beats == 0 else 0
             failures = failures + 1 if outcome.beats <= 1 else 1
@@ -469,7 +467,7 @@ class Supervisor:
 
     # -- endings -----------------------------------------------------------
     def _signal_code(self) -> int:
-        return 128 + int(self._stop_signal or signal.SIGTERM)
+        return ExitCode.for_signal(self._stop_signal or signal.SIGTERM)
 
     def _finish(self, attempt: int, code: int, state: State, reason: str, outcome: Optional[Outcome] = None) -> int:
         self._set_state(state)
@@ -497,25 +495,25 @@ class Supervisor:
     def _misconfigured(self, attempt: int, outcome: Outcome) -> int:
         self._set_state(State.MISCONFIGURED)
         self.events.emit("give_up", attempt, reason="misconfigured", **self._counts())
-        self.events.emit("exit", attempt, code=EXIT_MISCONFIGURED, reason="misconfigured", **self._counts())
+        self.events.emit("exit", attempt, code=ExitCode.MISCONFIGURED, reason="misconfigured", **self._counts())
         lines = outcome.detail.get("last_output") or ["(no output)"]
         _say(
             "two attempts in a row ended before their first heartbeat: this is a configuration error, "
             "not a stall; fix it and run again. The child's last output:\n    " + "\n    ".join(lines)
         )
-        return EXIT_MISCONFIGURED
+        return ExitCode.MISCONFIGURED
 
     def _give_up(self, attempt: int, history: List[str]) -> int:
         self._set_state(State.GAVE_UP)
         self.events.emit("give_up", attempt, reason="restart budget spent", **self._counts())
-        self.events.emit("exit", attempt, code=EXIT_GAVE_UP, reason="gave up", **self._counts())
+        self.events.emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **self._counts())
         _say(
             f"giving up after {attempt + 1} attempts and {self._status['restarts']} restart(s) "
             f"(--max-restarts {self.spec.max_restarts}): {self._status['stalls']} stall(s), "
             f"{self._status['crashes']} crash(es). In order: " + "; ".join(history) + ". "
             f"Incident reports are in {self.run_dir / 'incidents'}, the history in {self.run_dir / 'events.jsonl'}."
         )
-        return EXIT_GAVE_UP
+        return ExitCode.GAVE_UP
 
     # -- status for `health` and `invoke status` -----------------------------
     def _set_state(self, state: State, **fields: Any) -> None:

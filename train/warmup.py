@@ -35,7 +35,6 @@ import enum
 import hashlib
 import json
 import os
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -265,15 +264,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """``python -m trainbox warmup``: warm the kernel cache for a run's shapes and print what happened as JSON."""
-    from trainbox import profiles
-    from trainbox.yolo.args import OverrideError, validate_overrides
+    from trainbox import errors, profiles
+    from trainbox.yolo.args import validate_overrides
 
     try:
         profile = profiles.load(args.profile, args.profiles_dir)
         overrides = validate_overrides(args.overrides)
-    except (profiles.ProfileError, OverrideError) as exc:
-        sys.stderr.write(f"trainbox: error: {exc}\n")
-        return 2
+    except errors.UserError as exc:
+        return errors.report(exc)
     key = run_key(overrides, profile.conv_backend)
     cache_dir = kernel_cache_dir()
     before = kernel_cache_state(key, cache_dir)

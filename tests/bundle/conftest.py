@@ -22,7 +22,7 @@ from docker.errors import APIError, ImageNotFound
 
 from tests.bundle.engine2 import SecondEngine
 from trainbox.container import build, bundle, engine, fingerprint
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_REPOSITORY, TEST_TAG_NAME = "trainbox-bundletest", "cpu"

@@ -24,7 +24,7 @@ from docker.errors import ImageNotFound
 
 from tests.bundle.conftest import MEASURED, ROOT, TEST_TAG
 from trainbox.container import bundle, fingerprint, locks
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 
 def has_image(client: docker.APIClient, ref: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Dict, List
 import pytest
 
 from trainbox.container import envfiles, flavors, locks
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 
 def sha(text: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 from trainbox.container import build, dotenv, engine, launch
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Locally bootstrapped base image of each flavor that can be built here (no registry).

@@ -76,7 +76,7 @@ def test_invoke_train_cuda_without_or_with_the_nvidia_runtime(
         return
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: Docker cannot give the container a GPU ("), result.stderr
+    assert len(lines) == 1 and lines[0].startswith("trainbox: error: Docker cannot give the container a GPU ("), result.stderr
     assert "nvidia-container-toolkit" in lines[0]
     assert not docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run_name}"}), "container left behind"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainbox.container import compose, dotenv, envfiles, flavors
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 

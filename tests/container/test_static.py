@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from trainbox.container import compose, dotenv, envfiles, flavors, locks
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = {name: ROOT / flavors.get(name).dockerfile for name in flavors.NAMES}

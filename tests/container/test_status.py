@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainbox.container import dotenv, status
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 NOW = 1_800_000_000.0
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import pytest
 
 from trainbox.container import compose, dotenv, engine, envfiles, flavors, launch
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 from .conftest import (
     FAST_SUPERVISOR,
@@ -223,7 +223,7 @@ def test_existing_container_name_is_a_one_line_error(docker_api, cpu_image, run_
     docker_api.create_container(cpu_image["tag"], name=f"trainbox-{run_name}", labels={launch.RUN_LABEL: run_name})
     result = invoke(["train", "--flavor", "cpu", "--name", run_name], dict(os.environ), timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(f"error: container trainbox-{run_name} exists")
+    assert result.stderr.strip().splitlines()[-1].startswith(f"trainbox: error: container trainbox-{run_name} exists")
     assert not (ROOT / "runs" / run_name).exists(), "a refused run must not leave a run directory"
 
 

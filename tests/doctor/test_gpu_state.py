@@ -37,9 +37,11 @@ def test_kernel_lines_keep_gpu_messages_only() -> None:
 
 
 def test_gpu_state_here_says_what_is_missing() -> None:
-    text = gpu_state.gpu_state()
-    for section in ("== rocm-smi\n", "== nvidia-smi\n", "== kernel messages"):
+    state = gpu_state.read()
+    text = state.smi
+    for section in ("== rocm-smi\n", "== nvidia-smi\n"):
         assert section in text
+    assert state.kernel.startswith("== kernel messages")
     for tool in ("rocm-smi", "nvidia-smi"):
         path_has_it = any((Path(d) / tool).exists() for d in os.environ.get("PATH", "").split(os.pathsep) if d)
         assert (f"{tool}: not installed" in text) is not path_has_it
@@ -50,18 +52,18 @@ def test_smi_output_and_a_hung_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     _program(tmp_path, "rocm-smi", "sleep 30")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     started = time.monotonic()
-    text = gpu_state.gpu_state(timeout=2)
+    state = gpu_state.read(timeout=2)
     assert time.monotonic() - started < 5
-    assert "rocm-smi: no answer within" in text
-    assert "rocm-smi --showpids: skipped, the time budget is spent" in text
-    assert "nvidia-smi: skipped, the time budget is spent" in text
-    assert "kernel messages" in text
+    assert "rocm-smi: no answer within" in state.smi
+    assert "rocm-smi --showpids: skipped, the time budget is spent" in state.smi
+    assert "nvidia-smi: skipped, the time budget is spent" in state.smi
+    assert "kernel messages" in state.kernel
 
 
 def test_smi_failure_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _program(tmp_path, "rocm-smi", "echo 'ERROR: GPU[0] : Unable to open /dev/kfd' >&2; exit 2")
     _program(tmp_path, "nvidia-smi", "echo 'NVIDIA-SMI 550.54  GPU 0: RTX 3070'")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    text = gpu_state.gpu_state()
+    text = gpu_state.read().smi
     assert "rocm-smi: failed: ERROR: GPU[0] : Unable to open /dev/kfd" in text
     assert "== nvidia-smi\nNVIDIA-SMI 550.54  GPU 0: RTX 3070\n" in text

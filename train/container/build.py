@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Optional, TextIO
 
 from trainbox.container import compose, dotenv, engine, locks
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested
 
 

@@ -32,7 +32,7 @@ from docker.errors import APIError, ImageNotFound
 
 from trainbox.atomic import atomic_writer
 from trainbox.container import compose, dotenv, engine, envfiles, fingerprint, flavors, locks
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 FORMAT = "trainbox-bundle/1"
 MANIFEST = "manifest.json"

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import yaml
 
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 COMPOSE_FILE = Path(__file__).resolve().parents[2] / "compose.yaml"
 

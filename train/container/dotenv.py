@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional
 from trainbox.atomic import write_text_atomic
 from trainbox.container import envfiles, flavors, locks
 from trainbox.container.compose import COMPOSE_FILE
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 KFD_DEVICE = flavors.KFD_DEVICE
 DRI_DEVICE = Path("/dev/dri")

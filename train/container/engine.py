@@ -7,7 +7,7 @@ from typing import Any, Dict
 import docker
 from docker.errors import DockerException, ImageNotFound
 
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 
 def api() -> docker.APIClient:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict
 
 from trainbox.container import flavors
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = flavors.ENV_DIR

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 ENV_DIR = Path(__file__).resolve().parents[2] / "env"
 KFD_DEVICE = Path("/dev/kfd")

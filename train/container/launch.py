@@ -19,7 +19,7 @@ import docker
 from docker.types import DeviceRequest, Mount
 
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested, on_stop
 
 RUN_LABEL = "io.trainbox.run"

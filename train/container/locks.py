@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from trainbox.atomic import write_text_atomic
 from trainbox.container import envfiles, flavors
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 REQUIREMENTS_DIR = envfiles.ENV_DIR / "requirements"

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 from trainbox.events import read_events
 
 LAST_CHECKPOINT = Path("train") / "weights" / "last.pt"

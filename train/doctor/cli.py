@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _write_env(flavor: str) -> Check:
     from trainbox.container import dotenv, envfiles
-    from trainbox.container.errors import UserError
+    from trainbox.errors import UserError
 
     try:
         path = dotenv.write(envfiles.REPO_ROOT, dotenv.settings(flavor))
@@ -63,7 +63,7 @@ def host(
 ) -> List[Check]:
     """Every host check; on the real host (``root`` is ``/``) also write compose's .env, or check it (``write_env=False``)."""
     from trainbox.container import envfiles
-    from trainbox.container.errors import UserError
+    from trainbox.errors import UserError
 
     flavor = flavor or checkup.default_flavor(root)
     try:

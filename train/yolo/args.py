@@ -39,8 +39,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from trainbox.errors import UserError
 
-class OverrideError(ValueError):
+
+class OverrideError(UserError):
     """A ``KEY=VALUE`` argument that cannot be used; the message is one line."""
 
 

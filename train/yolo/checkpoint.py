@@ -23,11 +23,12 @@ from typing import Any, Dict, Optional, Tuple
 
 from trainbox import faults
 from trainbox.atomic import fsync_path, write_text_atomic
+from trainbox.errors import UserError
 
 STAGING_DIR = ".staging"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError):
     """A checkpoint exists but cannot be used; the message says what to do."""
 
 

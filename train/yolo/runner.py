@@ -29,18 +29,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from trainbox import heartbeat, profiles
+from trainbox import errors, heartbeat, profiles
+from trainbox.errors import UserError
 from trainbox.yolo import checkpoint, offline
-from trainbox.yolo.args import PROFILE_KEYS, OverrideError, validate_overrides
+from trainbox.yolo.args import PROFILE_KEYS, validate_overrides
 from trainbox.yolo.settings import from_profile
 
 STARTUP_TIMEOUT_ENV = "TRAIN_STARTUP_TIMEOUT"
 DEFAULT_MODEL = "yolov8n.yaml"
-EXIT_USAGE = 2
-
-
-class UsageError(ValueError):
-    """Bad arguments or environment for the child; reported as one line."""
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -58,9 +54,9 @@ def _startup_timeout(profile: profiles.Profile) -> float:
     try:
         seconds = float(value)
     except ValueError:
-        raise UsageError(f"{STARTUP_TIMEOUT_ENV}={value!r}: expected seconds") from None
+        raise UserError(f"{STARTUP_TIMEOUT_ENV}={value!r}: expected seconds") from None
     if seconds <= 0:
-        raise UsageError(f"{STARTUP_TIMEOUT_ENV}={value!r}: must be positive")
+        raise UserError(f"{STARTUP_TIMEOUT_ENV}={value!r}: must be positive")
     return seconds
 
 
@@ -119,17 +115,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         overrides = validate_overrides(ns.overrides)
         run_dir_text = ns.run_dir or os.environ.get(heartbeat.RUN_DIR_ENV)
         if not run_dir_text:
-            raise UsageError(f"no run directory: pass --run-dir or set {heartbeat.RUN_DIR_ENV}")
+            raise UserError(f"no run directory: pass --run-dir or set {heartbeat.RUN_DIR_ENV}")
         run_dir = Path(run_dir_text).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
         startup_timeout = _startup_timeout(profile)
-    except (profiles.ProfileError, OverrideError, UsageError) as exc:
-        print(f"trainbox: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
         outcome = run_attempt(profile, overrides, run_dir, startup_timeout)
-    except checkpoint.CheckpointError as exc:
-        print(f"trainbox: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except UserError as exc:  # a bad profile, argument or checkpoint
+        return errors.report(exc)
     print(f"trainbox: {outcome}", file=sys.stderr, flush=True)
     return 0

@@ -1,0 +1,68 @@
+"""Errors and exit statuses: the one place both are defined.
+
+Every failure a user can fix is a :class:`TrainboxError` that carries the one
+line they read and the status the command exits with. Every front end — the
+``trainbox`` CLI, the Ultralytics runner, the warm-up, the doctor and the
+invoke tasks — reports it through :func:`line`, so the prefix is the same
+everywhere and no traceback is ever shown for a user's mistake (the
+``tests/`` that run commands with bad input assert exactly one line).
+
+A stop signal is not an error: :mod:`trainbox.interrupt` reports it, with the
+shell's status 128 + N (:meth:`ExitCode.for_signal`).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import IntEnum
+from typing import Optional, TextIO
+
+PREFIX = "trainbox: error: "
+
+
+class ExitCode(IntEnum):
+    """What a trainbox command's exit status means (the supervisor's is the container's too)."""
+
+    #: The run completed (or the command did what it was asked).
+    OK = 0
+    #: The supervisor spent its restart budget; or a check found a problem (``doctor``, ``health``, ``verify``).
+    GAVE_UP = 1
+    #: Bad input: what was asked cannot be done as asked. Nothing was started or changed.
+    USAGE = 2
+    #: Two attempts in a row ended before their first beat: a configuration error, not a stall.
+    MISCONFIGURED = 3
+
+    @staticmethod
+    def for_signal(signum: int) -> int:
+        """The shell's status for a command ended by signal ``signum``: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + int(signum)
+
+
+class TrainboxError(Exception):
+    """A failure with the one line the user reads and the status the command exits with."""
+
+    code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, code: Optional[ExitCode] = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else type(self).__name__
+
+
+class UserError(TrainboxError):
+    """A problem the user can fix: a bad argument, profile or dataset, no daemon, no image, no device."""
+
+
+def line(error: TrainboxError) -> str:
+    """The one line that reports ``error``."""
+    return PREFIX + error.message
+
+
+def report(error: TrainboxError, stream: Optional[TextIO] = None) -> int:
+    """Write ``error``'s line to stderr (or ``stream``) and return the status to exit with."""
+    (stream or sys.stderr).write(line(error) + "\n")
+    return int(error.code)
