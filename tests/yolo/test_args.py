@@ -10,7 +10,8 @@ import pytest
 
 from tests.supervised import REPO
 from tests.yolo.conftest import run_child
-from trainbox.yolo.args import OverrideError, validate_overrides
+from trainbox.errors import UserError
+from trainbox.yolo.args import validate_overrides
 
 
 def test_valid_overrides_come_back_typed(demo_data: Path) -> None:
@@ -47,11 +48,19 @@ def test_relative_data_path_becomes_absolute(demo_data: Path, monkeypatch: pytes
         (["{data}", "device=0,1"], "one device per run"),
         (["{data}", "epochs"], "expected KEY=VALUE"),
         (["{data}", "epochs=2", "epochs=3"], "given twice"),
+        (["{data}", "epochs=-5"], "epochs=-5: must be a whole number from 1 to 100000"),
+        (["{data}", "epochs=100000000000000000000"], "must be a whole number from 1 to 100000"),
+        (["{data}", "imgsz=-640"], "imgsz=-640: must be a whole number from 32 to 8192"),
+        (["{data}", "imgsz=[640,-1]"], "must be a whole number from 32 to 8192"),
+        (["{data}", "workers=-1"], "workers=-1: must be a whole number from 0 to 256"),
+        (["{data}", "save_period=-2"], "save_period=-2: must be a whole number from -1 to 100000"),
+        (["{data}", "batch=0"], "batch=0: must not be 0"),
+        (["data={data_dir}"], "is a folder; give the path of its dataset YAML (its data.yaml?)"),
     ],
 )
 def test_bad_overrides_are_one_clear_line(demo_data: Path, pairs: list, message: str) -> None:
-    with pytest.raises(OverrideError) as caught:
-        validate_overrides([p.replace("{data}", f"data={demo_data}") for p in pairs])
+    with pytest.raises(UserError) as caught:
+        validate_overrides([p.replace("{data}", f"data={demo_data}").replace("{data_dir}", str(demo_data.parent)) for p in pairs])
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
 
@@ -59,7 +68,7 @@ def test_bad_overrides_are_one_clear_line(demo_data: Path, pairs: list, message:
 def test_data_yaml_without_splits_is_rejected(tmp_path: Path) -> None:
     bad = tmp_path / "data.yaml"
     bad.write_text("names: {0: a}\n")
-    with pytest.raises(OverrideError, match="missing train, val"):
+    with pytest.raises(UserError, match="missing train, val"):
         validate_overrides([f"data={bad}"])
 
 

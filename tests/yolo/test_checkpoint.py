@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.yolo.conftest import TINY, load_checkpoint, run_child
+from trainbox.yolo import checkpoint
 
 
 def test_kill_mid_save_keeps_previous_checkpoint_and_resume_continues(tmp_path: Path, demo_data: Path) -> None:
@@ -51,3 +54,20 @@ def test_checkpoint_of_the_last_epoch_is_finalised_not_retrained(tmp_path: Path,
     assert "every epoch was trained" in done.output and "Resuming" not in done.output
     final = load_checkpoint(done.last)
     assert final["epoch"] == -1 and final["optimizer"] is None
+
+
+@pytest.mark.parametrize(
+    "content, kept, dropped",
+    [
+        ("", "", 0),
+        ("epoch,loss\n", "epoch,loss\n", 0),
+        ("epoch,loss\n1,0.5\n\n2,0.4\n3,0.3\n", "epoch,loss\n1,0.5\n2,0.4\n", 2),
+        ("epoch,loss\n1,0.5\n2,0.4\n3,0.", "epoch,loss\n1,0.5\n2,0.4\n", 1),
+        ("epoch,loss\n1,0.5\ngarbage\n", "epoch,loss\n1,0.5\n", 1),
+    ],
+)
+def test_trim_results_survives_blank_torn_and_empty_files(tmp_path: Path, content: str, kept: str, dropped: int) -> None:
+    csv = tmp_path / "results.csv"
+    csv.write_text(content)
+    assert checkpoint.trim_results(csv, 2) == dropped
+    assert csv.read_text() == kept

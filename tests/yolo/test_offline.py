@@ -20,7 +20,20 @@ socket.getaddrinfo("localhost", 0)
 server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen()
 socket.create_connection(server.getsockname(), timeout=5).close()
 assert not log.exists(), "loopback must stay allowed"
-for attempt in (lambda: socket.getaddrinfo("example.com", 443), lambda: socket.socket().connect(("192.0.2.1", 80))):
+import os, subprocess
+subprocess.run(["true"], check=True)  # a process that reaches no network stays allowed
+assert not log.exists()
+attempts = (
+    lambda: socket.getaddrinfo("example.com", 443),
+    lambda: socket.socket().connect(("192.0.2.1", 80)),
+    lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.2", 53)),
+    lambda: socket.gethostbyname("example.org"),
+    lambda: subprocess.run(["curl", "-sL", "https://example.com/x.zip"]),
+    lambda: os.system("cd /tmp && wget -q https://example.com/x.zip"),
+    lambda: subprocess.run(["bash", "-c", "git clone https://example.com/r.git"]),
+    lambda: os.execvp("pip", ["pip", "download", "x"]),
+)
+for attempt in attempts:
     try:
         attempt()
     except NetworkBlocked:
@@ -57,6 +70,11 @@ def test_guard_blocks_and_records_outside_loopback(tmp_path: Path) -> None:
     text = log.read_text()
     assert "socket.getaddrinfo host='example.com' port=443" in text
     assert "socket.connect host='192.0.2.1' port=80" in text
+    assert "socket.sendto host='192.0.2.2' port=53" in text
+    assert "socket.gethostbyname host='example.org'" in text
+    for program in ("curl", "wget", "git", "pip"):
+        assert f"program='{program}'" in text
+    assert "program='true'" not in text
 
 
 def test_guard_is_installed_in_dataloader_workers(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from trainbox.errors import UserError
+from trainbox.yolo import dataset
 
 
 class OverrideError(UserError):
@@ -132,22 +133,28 @@ def _type_names(default: Any, declared: Optional[Tuple[type, ...]]) -> str:
 
 
 def _check_data(value: Any) -> str:
-    """Check the dataset YAML; return its absolute path (the child may run elsewhere)."""
-    path = Path(str(value)).expanduser()
-    if not path.is_file():
-        raise OverrideError(f"data={value}: no such file (give the path of a dataset YAML; nothing is downloaded)")
-    try:
-        content = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise OverrideError(f"data={value}: cannot read it as YAML ({type(exc).__name__})") from None
-    if not isinstance(content, dict):
-        raise OverrideError(f"data={value}: expected a YAML mapping with train, val and names")
-    missing = [key for key in ("train", "val") if not content.get(key)]
-    if content.get("names") is None and "nc" not in content:
-        missing.append("names")
-    if missing:
-        raise OverrideError(f"data={value}: missing {', '.join(missing)}")
-    return str(path.resolve())
+    """Check the dataset YAML and every folder it names; return its absolute path (the child may run elsewhere)."""
+    return str(dataset.resolve(str(value)).yaml_file)
+
+
+#: Whole-number ranges Ultralytics leaves unchecked; outside them a run fails late (after its first
+#: beat, so the supervisor would restart it) or never ends. imgsz: one stride-32 cell at least, and
+#: 8192 px is past any YOLO use. epochs: 10**20 never ends. save_period < 1 means "off" (its default, -1).
+BOUNDS: Dict[str, Tuple[int, int]] = {
+    "epochs": (1, 100_000),
+    "imgsz": (32, 8192),
+    "workers": (0, 256),
+    "save_period": (-1, 100_000),
+    "patience": (0, 100_000),
+}
+
+
+def _check_bounds(key: str, value: Any) -> None:
+    low, high = BOUNDS[key]
+    numbers = value if isinstance(value, list) else [value]
+    for number in numbers:
+        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+            raise OverrideError(f"{key}={value}: must be a whole number from {low} to {high}")
 
 
 def _shipped_model_yaml(name: str) -> bool:
@@ -202,8 +209,10 @@ def validate_overrides(pairs: Sequence[str]) -> Dict[str, Any]:
             raise OverrideError("save=False would write no checkpoint, and nothing could resume")
         if key == "device" and (isinstance(value, list) and len(value) > 1 or "," in str(value)):
             raise OverrideError(f"device={text}: one device per run (the runner does not support DDP)")
-        if key in ("epochs", "batch") and isinstance(value, int) and value == 0:
-            raise OverrideError(f"{key}=0: must not be 0")
+        if key == "batch" and isinstance(value, int) and value == 0:
+            raise OverrideError("batch=0: must not be 0 (-1 lets Ultralytics choose)")
+        if key in BOUNDS:
+            _check_bounds(key, value)
         if key in ("model", "pretrained") and value is not None:
             value = _check_weights(key, value)
         result[key] = value

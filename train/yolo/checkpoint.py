@@ -61,17 +61,30 @@ def resume_state(last: Path) -> Tuple[Resume, Dict[str, Any]]:
     return Resume.RESUME, ckpt
 
 
+def _epoch_of(row: str) -> Optional[float]:
+    """The epoch in a ``results.csv`` row, or None for a blank or torn row."""
+    try:
+        return float(row.split(",", 1)[0])
+    except ValueError:
+        return None
+
+
 def trim_results(csv: Path, epochs: int) -> int:
     """Drop rows of Ultralytics' ``results.csv`` past epoch ``epochs`` (1-based); return how many.
 
     Ultralytics appends an epoch's row before saving its checkpoint, so an
     attempt killed in between leaves a row that the resumed attempt would
-    append a second time.
+    append a second time. Blank or torn rows (a crash mid-append, a hand edit)
+    are dropped too: they carry no epoch, and every later reader would trip on them.
+    An empty file is left alone.
     """
     if not csv.exists():
         return 0
-    header, *rows = csv.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [row for row in rows if float(row.split(",", 1)[0]) <= epochs]
+    lines = csv.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return 0
+    header, rows = lines[0], lines[1:]
+    kept = [row for row in rows if (epoch := _epoch_of(row)) is not None and epoch <= epochs]
     if len(kept) != len(rows):
         write_text_atomic(csv, header + "".join(kept))
     return len(rows) - len(kept)

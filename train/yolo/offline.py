@@ -20,8 +20,12 @@ Training from ``yolov8n.yaml`` needs no weights, and ``amp=False`` (every
 shipped profile) skips ``check_amp``, which would download a model.
 
 ``install_network_guard`` adds an audit hook that refuses every
-``socket.connect`` and ``socket.getaddrinfo`` to a non-loopback host,
-appending a line (with the Python stack) to ``RUN_DIR/network.log``. It is
+``socket.connect``, ``sendto``, ``getaddrinfo`` and ``gethostbyname*`` to a
+non-loopback host, and every process started (``subprocess``, ``os.system``,
+``os.exec*``, ``posix_spawn``) whose command names a network program (curl,
+wget, git, pip...), appending a line (with the Python stack) to
+``RUN_DIR/network.log``. A data.yaml's ``download:`` never gets that far: the
+dataset is resolved before training starts (:mod:`trainbox.yolo.dataset`). It is
 installed in the training process before Ultralytics is imported and in every
 DataLoader worker; tests assert the log stays absent.
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import os
+import re
 import shutil
 import sys
 import time
@@ -59,9 +64,26 @@ def _is_local(host: Any) -> bool:
         return False
 
 
-def _destination(event: str, args: Tuple[Any, ...]) -> Optional[Tuple[Any, Any]]:
+#: Socket events and where their (host, port) is: ``socket.connect``/``sendto`` (sock, address),
+#: ``getaddrinfo`` (host, port, ...), ``gethostbyname``/``gethostbyname_ex``/``gethostbyaddr`` (host,).
+_SOCKET_EVENTS = (
+    "socket.connect",
+    "socket.sendto",
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+    "socket.gethostbyname_ex",
+    "socket.gethostbyaddr",
+)
+#: Programs that exist to reach the network. Ultralytics starts ``curl`` (``safe_download(curl=True)``) and runs a
+#: data.yaml's ``download: bash ...`` through subprocess; pip and git would fetch too. Other programs (compilers
+#: that torch.compile starts, say) are left alone.
+NETWORK_PROGRAMS = frozenset({"curl", "wget", "git", "pip", "pip3", "aria2c", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "ftp"})
+_PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
+
+
+def _socket_target(event: str, args: Tuple[Any, ...]) -> Optional[Tuple[Any, Any]]:
     """(host, port) a socket event goes to, or None when it stays on this machine."""
-    if event == "socket.connect":
+    if event in ("socket.connect", "socket.sendto"):
         address = args[1]
         if not isinstance(address, tuple):
             return None  # AF_UNIX path (multiprocessing, resource sharing)
@@ -69,24 +91,48 @@ def _destination(event: str, args: Tuple[Any, ...]) -> Optional[Tuple[Any, Any]]
     elif event == "socket.getaddrinfo":
         host, port = args[0], args[1]
     else:
-        return None
+        host, port = args[0], None
     return None if _is_local(host) else (host, port)
+
+
+def _network_program(event: str, args: Tuple[Any, ...]) -> Optional[str]:
+    """The network program a process event would start (also inside ``sh -c '...'``), else None."""
+    if event == "os.system":
+        words = [str(args[0])]
+    else:
+        program, argv = args[0], args[1] if len(args) > 1 else ()
+        words = [str(program)] + [str(word) for word in (argv if isinstance(argv, (list, tuple)) else [argv])]
+    for token in re.split(r"[\s;|&()'\"`<>]+", " ".join(words)):
+        if os.path.basename(token) in NETWORK_PROGRAMS:
+            return os.path.basename(token)
+    return None
+
+
+def _destination(event: str, args: Tuple[Any, ...]) -> Optional[str]:
+    """What the event would reach beyond this machine, in words, or None."""
+    if event in _SOCKET_EVENTS:
+        target = _socket_target(event, args)
+        return None if target is None else f"host={target[0]!r} port={target[1]!r}"
+    if event in _PROCESS_EVENTS:
+        program = _network_program(event, args)
+        return None if program is None else f"program={program!r}"
+    return None
 
 
 _guard_log: Optional[Path] = None
 
 
 def _audit(event: str, args: Tuple[Any, ...]) -> None:
-    if _guard_log is None or not event.startswith("socket."):
+    if _guard_log is None or not event.startswith(("socket.", "subprocess.", "os.")):
         return
     target = _destination(event, args)
     if target is None:
         return
     stack = "".join(traceback.format_stack(limit=12)[:-1])
-    line = f"{time.time():.3f} pid={os.getpid()} {event} host={target[0]!r} port={target[1]!r}\n{stack}\n"
+    line = f"{time.time():.3f} pid={os.getpid()} {event} {target}\n{stack}\n"
     with open(_guard_log, "a", encoding="utf-8") as handle:
         handle.write(line)
-    raise NetworkBlocked(f"trainbox: network access to {target[0]}:{target[1]} blocked (see {_guard_log})")
+    raise NetworkBlocked(f"trainbox: network access ({event} {target}) blocked (see {_guard_log})")
 
 
 def install_network_guard(log_path: Path) -> None:
