@@ -2,7 +2,8 @@
 
 Layers (markers registered in pyproject.toml):
 
-* ``docker``: needs the Docker Engine (every test that uses the ``docker_api`` fixture, marked here);
+* ``docker``: needs the Docker Engine (every test that uses the ``docker_api``, ``engine1`` or ``engine2``
+  fixture, marked here);
 * ``training``: trains for real, Ultralytics or torch (tests that use the ``demo_data`` fixture, marked
   here, and tests marked by hand);
 * ``slow``: over about a minute on 2 cores without being either of the above.
@@ -18,7 +19,7 @@ from typing import List
 import pytest
 
 #: fixture -> the layer every test that uses it (directly or through another fixture) belongs to.
-LAYER_OF_FIXTURE = {"docker_api": "docker", "demo_data": "training"}
+LAYER_OF_FIXTURE = {"docker_api": "docker", "engine1": "docker", "engine2": "docker", "demo_data": "training"}
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:

@@ -6,7 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.supervised import REPO, survivors, train_cli
+
+pytestmark = pytest.mark.training  # the example trains with torch for real
 
 
 def test_worker_hang_before_the_first_batch_is_caught_and_the_script_resumes(tmp_path: Path) -> None:

@@ -79,6 +79,7 @@ def test_cli_help_demo_data_and_health_from_the_users_folder(user_folder: Path) 
     assert health.returncode == 1 and health.stdout.startswith("unhealthy: "), health.stdout + health.stderr
 
 
+@pytest.mark.training
 def test_run_trains_from_the_users_folder_with_spawned_workers(user_folder: Path) -> None:
     """``balanced`` starts its 2 DataLoader workers with spawn: they unpickle Ultralytics' dataset too."""
     assert run_in(user_folder, [sys.executable, "-m", "trainbox", "demo-data", "data"]).returncode == 0

@@ -30,6 +30,8 @@ EXTRA = {
     "zero": MID + "startup_fallback: null\n",
 }
 
+pytestmark = pytest.mark.training  # every test here trains Ultralytics for real
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
