@@ -77,8 +77,9 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
     worker = threading.Thread(target=lambda: outcome.update(result=invoke(args, env)))
     worker.start()
     inspected = container_of(docker_api, run_name)
-    data_mount = next(m for m in inspected["Mounts"] if m["Destination"] == envfiles.runtime_env("cpu")["TRAINBOX_DATA"])
+    data_mount = next(m for m in inspected["Mounts"] if m["Destination"] == str(data))
     assert data_mount["RW"] is False and data_mount["Source"] == str(data)
+    assert all(m["Destination"] != envfiles.runtime_env("cpu")["TRAINBOX_DATA"] for m in inspected["Mounts"])
     health_seen = set()
     while worker.is_alive():
         state = docker_api.inspect_container(inspected["Id"])["State"]
@@ -209,6 +210,8 @@ def test_device_passthrough_and_groups_with_stand_in_nodes(
         (["train", "--flavor", "cpu"], {"DOCKER_HOST": "unix:///nonexistent.sock"}, "Docker daemon not reachable"),
         (["train", "--flavor", "cpu", "--set", "epochs"], {}, "--set expects KEY=VALUE"),
         (["build", "--flavor", "gpu"], {}, "--flavor must be one of"),
+        (["train", "--flavor", "cpu", "--name", "a/b"], {}, "--name 'a/b': use letters, digits"),
+        (["train", "--flavor", "cpu", "--name", ".."], {}, "--name '..': use letters, digits"),
     ],
 )
 def test_user_errors_are_one_line(args: List[str], env: Dict[str, str], message: str, session_env) -> None:
@@ -266,3 +269,54 @@ def test_invoke_train_from_a_users_folder_with_train_py(
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert "was imported" not in result.stdout + result.stderr
     assert_checkpoint(runs_dir / run_name)
+
+
+def _export(folder: Path, layout: str) -> Path:
+    """The demo dataset rearranged as a real export: an absolute path: (Ultralytics' own exports) or
+    Roboflow's ../train/images beside a data.yaml; returns the YAML's path."""
+    subprocess.run([sys.executable, "-m", "trainbox", "demo-data", str(folder / "demo")], check=True, cwd=ROOT)
+    demo = folder / "demo"
+    if layout == "absolute path:":
+        yaml_file = folder / "configs" / "data.yaml"
+        yaml_file.parent.mkdir()
+        yaml_file.write_text(f"path: {demo}\ntrain: images/train\nval: images/val\nnames: {{0: box}}\n")
+        return yaml_file
+    for split, name in (("train", "train"), ("val", "valid")):
+        for kind in ("images", "labels"):
+            (folder / "export" / name).mkdir(parents=True, exist_ok=True)
+            (demo / kind / split).rename(folder / "export" / name / kind)
+    yaml_file = folder / "export" / "data.yaml"
+    yaml_file.write_text("train: ../train/images\nval: ../valid/images\nnc: 1\nnames: [box]\n")
+    return yaml_file
+
+
+@pytest.mark.parametrize("layout", ["absolute path:", "roboflow ../"])
+def test_invoke_train_on_a_users_export(
+    docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, tmp_path: Path, layout: str
+) -> None:
+    """The YAML works unchanged inside: what it names is mounted read-only at the same paths (#19 item 14)."""
+    yaml_file = _export(tmp_path, layout)
+    result = invoke(
+        [
+            "train",
+            "--flavor",
+            "cpu",
+            "--name",
+            run_name,
+            "--data",
+            str(yaml_file),
+            "--supervisor",
+            FAST_SUPERVISOR,
+            "--set",
+            "epochs=1",
+            "--set",
+            "imgsz=64",
+        ],
+        env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir)),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert_checkpoint(runs_dir / run_name)
+    assert [e["event"] for e in events(runs_dir / run_name)] == ["start", "exit"], "no crash, no restart"
+    mounts = {m["Destination"]: m for m in container_of(docker_api, run_name)["Mounts"]}
+    assert str(tmp_path) not in mounts, "only the dataset's folders, never the folder around them"
+    assert all(not m["RW"] for d, m in mounts.items() if d.startswith(str(tmp_path)))

@@ -145,9 +145,10 @@ def render(values: Dict[str, str]) -> str:
 
 
 def write(root: Path, values: Dict[str, str]) -> Path:
-    """Write ``root/.env`` and create the host directories it names, owned by the container user."""
+    """Write ``root/.env`` (0600: it may hold proxy credentials) and create the host directories it names,
+    owned by the container user."""
     path = Path(root) / ".env"
-    write_text_atomic(path, render(values))
+    write_text_atomic(path, render(values), permissions=0o600)
     uid, gid = int(values["TRAINBOX_UID"]), int(values["TRAINBOX_GID"])
     for key in ("TRAINBOX_DATA_HOST", "TRAINBOX_RUNS_HOST"):
         directory = Path(values[key])

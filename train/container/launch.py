@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,8 +22,11 @@ from docker.types import DeviceRequest, Mount
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested, on_stop
+from trainbox.yolo import dataset
 
 RUN_LABEL = "io.trainbox.run"
+#: Docker's container-name characters (the container is trainbox-NAME; runs/NAME is its directory).
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_GRACE_S = 10.0
 
 
@@ -52,16 +56,53 @@ def parse_pairs(pairs: Iterable[str], what: str) -> List[str]:
     return result
 
 
-def _dataset(data: Path) -> Tuple[Path, str]:
-    """(host directory to mount, YAML file name inside it) for ``--data``."""
+def _dataset_yaml(data: Path) -> Path:
+    """The dataset YAML ``--data`` names: the file itself, or a directory's data.yaml."""
     path = data.expanduser().resolve()
     if path.is_dir():
         if not (path / "data.yaml").is_file():
             raise UserError(f"dataset {path} has no data.yaml: pass the YAML file or its directory")
-        return path, "data.yaml"
+        return path / "data.yaml"
     if path.is_file():
-        return path.parent, path.name
+        return path
     raise UserError(f"dataset {data} not found: pass a data.yaml or its directory (demo: `python -m trainbox demo-data DIR`)")
+
+
+def _folder_of(split: Path) -> Path:
+    """What to mount for one split: Ultralytics finds labels by swapping the last ``images`` folder for
+    ``labels``, so a path under ``X/images/`` needs all of ``X``; any other path, itself."""
+    parts = split.parts
+    if "images" in parts[:-1] or split.name == "images":
+        last = len(parts) - 1 - parts[::-1].index("images")
+        return Path(*parts[:last])
+    return split
+
+
+def dataset_mounts(found: dataset.Dataset) -> List[Path]:
+    """The host paths to mount read-only, each at the same path inside, so the YAML works unchanged.
+
+    The YAML file itself (not its folder: ``--data ~/data.yaml`` must not mount the home directory) and
+    each split's dataset folder, leaving out any that another one contains.
+    """
+    wanted = sorted({found.yaml_file, *(_folder_of(p) for paths in found.splits.values() for p in paths)})
+    kept: List[Path] = []
+    for path in wanted:
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    for path in kept:
+        if path in (Path.home(), Path(path.anchor)):
+            raise UserError(
+                f"dataset: mounting {path} would give the container your whole {'home' if path != Path(path.anchor) else 'root'}"
+                " directory; move the images and labels into a folder of their own"
+            )
+    return kept
+
+
+def _valid_run_name(name: str) -> str:
+    """A run name is a directory under runs/ and part of a container name: Docker's characters, no path."""
+    if not RUN_NAME.fullmatch(name) or name in (".", ".."):
+        raise UserError(f"--name {name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit")
+    return name
 
 
 def check_devices(service: compose.Service) -> None:
@@ -113,23 +154,39 @@ def _device_request(fields: Dict[str, Any]) -> DeviceRequest:
     return request
 
 
+def _resolve_dataset(data: Path) -> dataset.Dataset:
+    """``--data`` resolved on the host; a dataset the container could not read as given is one line."""
+    found = dataset.resolve(str(_dataset_yaml(data)))
+    if found.root_from_cwd:
+        raise UserError(
+            f"dataset {found.yaml_file}: its relative path: is taken from the folder training runs in, "
+            "which the container does not share; make path: absolute, or leave it out"
+        )
+    return found
+
+
 def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
-    """Write .env, resolve the flavor's service and apply this run's settings (creates nothing else)."""
+    """Check the request, write .env, resolve the flavor's service and apply this run's settings.
+
+    Every check on what the user gave comes before anything is written.
+    """
+    run_name = _valid_run_name(request.run_name or f"{request.profile}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    overrides = parse_pairs(request.overrides, "--set")
+    found = _resolve_dataset(request.data) if request.data is not None else None
+    mounts = dataset_mounts(found) if found is not None else []
     values = dotenv.settings(request.flavor)
     dotenv.write(request.root, values)
-    run_name = request.run_name or f"{request.profile}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     variables = dict(dotenv.variables(values), TRAINBOX_RUN_NAME=run_name)
     service = compose.service(request.flavor, variables, request.root)
     runtime = envfiles.runtime_env(request.flavor)
-    overrides = parse_pairs(request.overrides, "--set")
-    if request.data is None:
+    if found is None:
         service.command = ["demo", "--profile", request.profile, *request.supervisor_args, *overrides]
     else:
-        directory, yaml_name = _dataset(request.data)
-        for bind in service.binds:
-            if bind["target"] == runtime["TRAINBOX_DATA"]:
-                bind["source"] = str(directory)
-        data_arg = f"data={runtime['TRAINBOX_DATA']}/{yaml_name}"
+        # The dataset appears at its host paths (an absolute path: or ../ in the YAML then works as is),
+        # in place of compose's /data mount of the demo dataset.
+        service.binds = [b for b in service.binds if b["target"] != runtime["TRAINBOX_DATA"]]
+        service.binds += [{"source": str(p), "target": str(p), "read_only": True} for p in mounts]
+        data_arg = f"data={found.yaml_file}"
         service.command = ["train", "--profile", request.profile, *request.supervisor_args, *overrides, data_arg]
     service.environment.update(request.environment)
     runs_host = next(b["source"] for b in service.binds if b["target"] == runtime["TRAINBOX_RUNS"])

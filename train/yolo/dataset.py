@@ -42,6 +42,8 @@ class Dataset:
     yaml_file: Path
     root: Path
     splits: Dict[str, List[Path]]
+    #: The YAML's ``path:`` is relative, so it depends on the folder the training runs in.
+    root_from_cwd: bool = False
 
     def paths(self) -> List[Path]:
         """Every folder or list file the training reads, the YAML's own folder first."""
@@ -113,4 +115,7 @@ def resolve(data: str, cwd: Optional[Path] = None) -> Dataset:
                 "a YAML's download:); fix the YAML's path:/"
                 f"{split}: or put the images there"
             )
-    return Dataset(yaml_file=yaml_file, root=root, splits=splits)
+    given = content.get("path")
+    return Dataset(
+        yaml_file=yaml_file, root=root, splits=splits, root_from_cwd=bool(given) and not Path(str(given)).is_absolute()
+    )
