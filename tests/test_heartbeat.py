@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.supervised import REPO
+from tests.supervised import train_cli
 from trainbox import heartbeat
 from trainbox.budgets import Budget, BudgetPolicy
 
@@ -23,7 +23,7 @@ print(json.dumps(written))
 
 def test_beat_is_throttled_and_atomic(tmp_path: Path) -> None:
     hb = tmp_path / "hb.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO), TRAIN_HEARTBEAT_FILE=str(hb), TRAIN_RUN_DIR=str(tmp_path))
+    env = dict(os.environ, TRAIN_HEARTBEAT_FILE=str(hb), TRAIN_RUN_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
     written = json.loads(done.stdout)
     assert 2 <= written < 100, "20000 beats in well under a second must cause only a few writes"
@@ -57,3 +57,67 @@ def test_budget_order_startup_declared_learned_stall() -> None:
     assert policy.current({"phase": "train"}) == Budget("learned:train", 300), "never above the stall budget"
     policy.observe({"phase": "val", "timeout": 900}, 800.0)
     assert "val" not in policy.learned(), "declared phases are not learned"
+
+
+#: A child that writes what a bug (or a hostile script) might into its heartbeat file, then beats for real.
+GARBAGE_THEN_BEATS = """
+import os, sys, time
+from pathlib import Path
+from trainbox.heartbeat import beat
+path = Path(os.environ["TRAIN_HEARTBEAT_FILE"])
+for garbage in (sys.argv[1], "[" * 100000, "x" * (1 << 20), "[1, 2]", '{"step": 1'):
+    path.write_text(garbage)
+    time.sleep(0.3)
+for step in range(3):
+    beat("train", step=step, force=True)
+    time.sleep(0.1)
+"""
+
+
+def test_garbage_in_the_heartbeat_file_is_no_beat_and_never_kills_the_supervisor(tmp_path: Path) -> None:
+    """Before the fix, 100,000 '[' raised RecursionError in the supervisor: exit 1, no exit event."""
+    result = train_cli(
+        [
+            "supervise",
+            "--run-dir",
+            str(tmp_path),
+            "--startup-timeout",
+            "30",
+            "--stall-timeout",
+            "30",
+            "--quiet",
+            "--",
+            sys.executable,
+            "-c",
+            GARBAGE_THEN_BEATS,
+            "{]",
+        ],
+        tmp_path,
+    )
+    assert result.code == 0, result.stderr
+    assert result.kinds() == ["start", "exit"] and result.of("exit")[0]["beats"] >= 1  # polled: not every beat is seen
+
+
+def test_garbage_alone_runs_out_the_startup_budget(tmp_path: Path) -> None:
+    child = "import os, time; open(os.environ['TRAIN_HEARTBEAT_FILE'], 'w').write('[' * 100000); time.sleep(60)"
+    result = train_cli(
+        [
+            "supervise",
+            "--run-dir",
+            str(tmp_path),
+            "--startup-timeout",
+            "2",
+            "--grace",
+            "1",
+            "--max-restarts",
+            "0",
+            "--quiet",
+            "--",
+            sys.executable,
+            "-c",
+            child,
+        ],
+        tmp_path,
+    )
+    assert result.code == 1, result.stderr
+    assert [e["budget"] for e in result.of("stall")] == ["startup"]

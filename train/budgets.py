@@ -19,6 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+#: The most a beat's declared ``timeout`` is honoured for: a day. No silent phase of a training run
+#: (a MIOpen or torch.compile cold start, a checkpoint gather, a long validation) legitimately lasts
+#: longer, and a child must not switch stall detection off with ``Infinity`` or ``1e308``.
+MAX_DECLARED_S = 24 * 3600.0
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -72,8 +77,8 @@ class BudgetPolicy:
             return Budget("startup", self.startup_s)
         phase = str(beat.get("phase", ""))
         declared = beat.get("timeout")
-        if isinstance(declared, (int, float)) and not isinstance(declared, bool) and declared > 0:
-            return Budget(f"phase:{phase}", float(declared))
+        if isinstance(declared, (int, float)) and not isinstance(declared, bool) and declared > 0:  # NaN is not > 0
+            return Budget(f"phase:{phase}", min(float(declared), MAX_DECLARED_S))
         learned = self.learned().get(phase)
         if learned is not None:
             return Budget(f"learned:{phase}", learned)

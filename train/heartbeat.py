@@ -104,11 +104,20 @@ def beat(
     return _beater.beat(force, phase, timeout, dict(metrics, step=step, epoch=epoch, batch=batch))
 
 
+#: A beat is a small JSON object (well under 1 KiB); anything larger is garbage, not a beat, and is
+#: never parsed (a file of 100,000 '[' made json raise RecursionError inside the supervisor).
+MAX_BEAT_BYTES = 64 * 1024
+
+
 def read(path: Path) -> Optional[Dict[str, Any]]:
-    """The last complete beat in ``path``, or None when absent or unreadable."""
+    """The last complete beat in ``path``, or None when absent, unreadable or not a beat ("no new beat")."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_BEAT_BYTES + 1)
+        if len(raw) > MAX_BEAT_BYTES:
+            return None
+        data = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
