@@ -1,8 +1,10 @@
-"""Hash locks per flavor against a fake package index (no network): complete, refused when a hash is missing or env/ drifted."""
+"""Hash locks per flavor against a fake package index (no network): complete, recorded hashes used where an index
+cannot be reached and checked where it can, refused when a hash is missing or env/ drifted."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import urllib.error
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 
 from trainbox.container import envfiles, flavors, locks
 from trainbox.errors import UserError
+
+ROCM_GLIBC = flavors.get("rocm").glibc
 
 
 def sha(text: str) -> str:
@@ -46,6 +50,11 @@ class FakeIndex:
             )
             self.pages[url] = self.pages.get(url, "") + links
 
+    def add(self, pin: locks.Pin, filename: str, sha256: str) -> None:
+        """List one more file, with this sha256, on ``pin``'s page."""
+        url = f"{pin.index.rstrip('/')}/{locks.normalize(pin.name)}/"
+        self.pages[url] += f'<a href="../../files/{filename.replace("+", "%2B")}#sha256={sha256}">{filename}</a><br/>\n'
+
     def __call__(self, url: str) -> str:
         if self.unreachable and url.startswith(self.unreachable):
             raise urllib.error.URLError("Name or service not known")
@@ -73,8 +82,30 @@ def test_cpu_lock_pins_every_package_with_the_hash_of_its_fitting_wheel(requirem
     assert locks.check("cpu", requirements, stack) == path
 
 
-def test_unreachable_torch_index_is_recorded_missing_and_refused(requirements: Path) -> None:
+def rocm_torch_pins(stack: Dict[str, str], requirements: Path) -> List[locks.Pin]:
+    return [pin for pin in locks.pins("rocm", stack, requirements) if pin.name in ("torch", "torchvision")]
+
+
+def test_unreachable_torch_index_takes_the_recorded_hashes(requirements: Path) -> None:
     stack = envfiles.stack()
+    pinned = locks.pins("rocm", stack, requirements)
+    fake = FakeIndex(pinned, stack["ROCM_PYTHON"], unreachable=stack["TORCH_ROCM_INDEX"])
+    path = locks.lock("rocm", requirements, fake, stack)
+    text = path.read_text()
+    recorded = locks.recorded_hashes(requirements)
+    assert locks.MISSING not in text
+    for pin in rocm_torch_pins(stack, requirements):
+        (sha,) = locks.recorded_for(pin, recorded, stack["ROCM_PYTHON"], ROCM_GLIBC).values()
+        unreachable = f"{stack['TORCH_ROCM_INDEX']}/{pin.name}/ unreachable"
+        assert f"# {pin.requirement}: sha256 from recorded-hashes.txt ({unreachable}" in text
+        assert f"\n{pin.requirement} \\\n    --hash=sha256:{sha}\n" in text
+    assert text.count("--hash=sha256:") == len(pinned)
+    assert locks.check("rocm", requirements, stack) == path
+
+
+def test_unreachable_torch_index_without_recorded_hashes_is_missing_and_refused(requirements: Path) -> None:
+    stack = envfiles.stack()
+    (requirements / locks.RECORDED_HASHES).write_text("# nothing recorded\n")
     pinned = locks.pins("rocm", stack, requirements)
     fake = FakeIndex(pinned, stack["ROCM_PYTHON"], unreachable=stack["TORCH_ROCM_INDEX"])
     with pytest.raises(UserError) as caught:
@@ -91,24 +122,63 @@ def test_unreachable_torch_index_is_recorded_missing_and_refused(requirements: P
         locks.check("rocm", requirements, stack)
 
 
+def test_reachable_index_must_agree_with_the_recorded_hashes(requirements: Path) -> None:
+    """Where the index answers, its hashes are used, and a recorded file it lists otherwise (or not at all) stops
+    the task before the lock is touched."""
+    stack = envfiles.stack()
+    pinned = locks.pins("rocm", stack, requirements)
+    recorded = locks.recorded_hashes(requirements)
+    torch_pins = rocm_torch_pins(stack, requirements)
+    before = locks.lock_path("rocm", requirements).read_bytes()
+    (torch_file, torch_sha), *_ = locks.recorded_for(torch_pins[0], recorded, stack["ROCM_PYTHON"], ROCM_GLIBC).items()
+
+    unlisted = FakeIndex(pinned, stack["ROCM_PYTHON"])
+    with pytest.raises(UserError, match=rf"^{re.escape(torch_file)}: .* records sha256 {torch_sha} but .* does not list"):
+        locks.lock("rocm", requirements, unlisted, stack)
+    different = FakeIndex(pinned, stack["ROCM_PYTHON"])
+    different.add(torch_pins[0], torch_file, sha("another wheel"))
+    with pytest.raises(UserError, match=rf"records sha256 {torch_sha} but \S+ lists {sha('another wheel')}: "):
+        locks.lock("rocm", requirements, different, stack)
+    assert locks.lock_path("rocm", requirements).read_bytes() == before
+
+    agreeing = FakeIndex(pinned, stack["ROCM_PYTHON"])
+    for pin in torch_pins:
+        for filename, recorded_sha in locks.recorded_for(pin, recorded, stack["ROCM_PYTHON"], ROCM_GLIBC).items():
+            agreeing.add(pin, filename, recorded_sha)
+    path = locks.lock("rocm", requirements, agreeing, stack)
+    text = path.read_text()
+    assert "sha256 from recorded-hashes.txt" not in text
+    assert all(f"--hash=sha256:{value}" in text for value in recorded.values())
+    assert locks.check("rocm", requirements, stack) == path
+
+
+def test_lock_without_a_recorded_hash_is_refused(requirements: Path) -> None:
+    stack = envfiles.stack()
+    pinned = locks.pins("rocm", stack, requirements)
+    fake = FakeIndex(pinned, stack["ROCM_PYTHON"], unreachable=stack["TORCH_ROCM_INDEX"])
+    path = locks.lock("rocm", requirements, fake, stack)
+    recorded_file = requirements / locks.RECORDED_HASHES
+    torch_file = next(name for name in locks.recorded_hashes(requirements) if name.startswith("torch-"))
+    lines = recorded_file.read_text().splitlines()
+    changed = [f"{torch_file} {sha('another wheel')} a test" if line.startswith(torch_file) else line for line in lines]
+    recorded_file.write_text("\n".join(changed) + "\n")
+    refusal = rf"^{re.escape(str(path))}: lacks the sha256 recorded-hashes.txt records for {re.escape(torch_file)}: run"
+    with pytest.raises(UserError, match=refusal):
+        locks.check("rocm", requirements, stack)
+
+
+@pytest.mark.parametrize("line", ["torch-1.whl f3685d08", "torch-1.tar.gz " + "0" * 64 + " a source", "torch-1.whl " + "0" * 64])
+def test_recorded_hash_needs_wheel_sha256_and_source(requirements: Path, line: str) -> None:
+    (requirements / locks.RECORDED_HASHES).write_text(f"# comment\n{line}\n")
+    with pytest.raises(UserError, match=r"recorded-hashes.txt:2: expected WHEEL-FILENAME SHA256 SOURCE"):
+        locks.recorded_hashes(requirements)
+
+
 def test_lock_made_from_other_pins_is_refused(requirements: Path) -> None:
     stack = envfiles.stack()
     locks.lock("cpu", requirements, FakeIndex(locks.pins("cpu", stack, requirements), stack["CPU_PYTHON"]), stack)
     with pytest.raises(UserError, match="made from other pins than env/ has now"):
         locks.check("cpu", requirements, dict(stack, NUMPY_VERSION="1.26.3"))
-
-
-def test_rocm_lock_must_carry_the_torch_hashes_env_records(requirements: Path) -> None:
-    stack = envfiles.stack()
-    pinned = locks.pins("rocm", stack, requirements)
-    locks.lock("rocm", requirements, FakeIndex(pinned, stack["ROCM_PYTHON"]), stack)
-    with pytest.raises(UserError, match="no torch wheel has the sha256 env/stack.env records as TORCH_ROCM_SHA256"):
-        locks.check("rocm", requirements, stack)
-    for pin in pinned:
-        if pin.name in flavors.get("rocm").known_hashes:
-            fitting = next(n for n, fits in wheel_names(pin.name, pin.version, stack["ROCM_PYTHON"]).items() if fits)
-            stack[flavors.get("rocm").known_hashes[pin.name]] = sha(fitting)
-    assert locks.check("rocm", requirements, stack) == locks.lock_path("rocm", requirements)
 
 
 def test_unhashed_line_and_absent_lock_are_refused(requirements: Path) -> None:

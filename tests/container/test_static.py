@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import pytest
 import yaml
@@ -83,7 +84,8 @@ def test_dockerfile_installs_only_its_hash_lock(flavor: str) -> None:
     text = DOCKERFILES[flavor].read_text().replace("\\\n", " ")
     installs = [line for line in text.splitlines() if "pip install" in line]
     lock = "/etc/trainbox/requirements/image.lock"
-    assert installs == [line for line in installs if "--no-deps --require-hashes --no-compile -r " + lock in line]
+    assert installs == [line for line in installs if '--no-deps --require-hashes --no-compile -r "$lock"' in line]
+    assert all(line.startswith(f"RUN lock={lock} ") for line in installs)
     assert len(installs) == 1 and re.findall(r"^COPY env/requirements/\S+ ", text, re.M) == [
         f"COPY env/requirements/{flavor}.lock "
     ]
@@ -109,6 +111,46 @@ def test_code_copied_after_dependencies(flavor: str) -> None:
     code = next(i for i, line in enumerate(lines) if line.startswith("COPY train/ "))
     installs = [i for i, line in enumerate(lines) if "pip install" in line]
     assert installs and max(installs) < code
+
+
+#: Names of packages from the ROCm apt repository (ROCm's runtimes, libraries and tools).
+ROCM_PACKAGE = re.compile(r"^(rocm|roc[a-z]|hip|hsa|miopen|comgr|rccl|openmp-extras|llvm-amdgpu)")
+
+
+def apt_packages(dockerfile_text: str) -> List[str]:
+    """Every package argument of an ``apt-get install`` or ``apt-get download``, build args expanded from
+    env/stack.env (the ARG defaults equal it)."""
+    stack = envfiles.stack()
+    packages = []
+    for command in re.split(r"&&|;|\|", dockerfile_text.replace("\\\n", " ")):
+        words = shlex.split(command, comments=False, posix=True) if "apt-get" in command else []
+        if "apt-get" in words and words[words.index("apt-get") + 1 :][:1] in (["install"], ["download"]):
+            arguments = words[words.index("apt-get") + 2 :]
+            packages += [re.sub(r"\$\{(\w+)\}", lambda m: stack[m.group(1)], a) for a in arguments if not a.startswith("-")]
+    return packages
+
+
+def unversioned_rocm_packages(dockerfile_text: str) -> List[str]:
+    return [p for p in apt_packages(dockerfile_text) if ROCM_PACKAGE.match(p) and not re.fullmatch(r"[\w.+-]+=\S+", p)]
+
+
+def test_every_rocm_package_is_pinned_by_version() -> None:
+    text = DOCKERFILES["rocm"].read_text()
+    assert not unversioned_rocm_packages(text)
+    stack = envfiles.stack()
+    pinned = {p.split("=")[0]: p.split("=")[1] for p in apt_packages(text) if ROCM_PACKAGE.match(p)}
+    assert pinned == {
+        "rocminfo": stack["ROCMINFO_VERSION"],
+        "rocm-smi-lib": stack["ROCM_SMI_LIB_VERSION"],
+        stack["MIOPEN_KDB_PACKAGE"]: stack["MIOPEN_KDB_VERSION"],
+        "miopen-hip": stack["MIOPEN_HIP_VERSION"],
+    }
+    for package, key in (("${MIOPEN_KDB_PACKAGE}", "MIOPEN_KDB"), ("miopen-hip", "MIOPEN_HIP")):
+        deb = f"{package}_${{{key}_VERSION}}_amd64.deb"
+        assert f'echo "${{{key}_SHA256}}  {deb}" | sha256sum -c -' in text and f'dpkg-deb -x "{deb}"' in text
+    unpinned = text.replace('"miopen-hip=${MIOPEN_HIP_VERSION}"', "miopen-hip")
+    unpinned = unpinned.replace('"rocminfo=${ROCMINFO_VERSION}"', "rocminfo")
+    assert unversioned_rocm_packages(unpinned) == ["rocminfo", "miopen-hip"], "the check finds an unpinned package"
 
 
 def test_no_buildkit_syntax() -> None:
@@ -221,7 +263,7 @@ def test_requirements_consistent() -> None:
         assert not pinned & stack_packages, f"{name} must not repeat env/stack.env pins"
         assert "opencv-python" not in pinned
     locks_files = [f"{name}.lock" for name in flavors.NAMES]
-    assert sorted(p.name for p in requirements.iterdir()) == sorted(pin_files + locks_files)
+    assert sorted(p.name for p in requirements.iterdir()) == sorted([*pin_files, *locks_files, locks.RECORDED_HASHES])
     text = (ROOT / "pyproject.toml").read_text()
     declared = re.findall(r'^\s+"([A-Za-z0-9_.-]+)[^"]*",?$', text.split("[project.optional-dependencies]")[0], re.M)
     declared += re.findall(r'^yolo = \["([A-Za-z0-9_.-]+)', text, re.M)
@@ -232,25 +274,45 @@ def test_requirements_consistent() -> None:
         )
 
 
-@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
-def test_lock_is_current(flavor: str) -> None:
-    """Fails on drift: env/ pins changed without `invoke lock --flavor FLAVOR`, or an unhashed line."""
+@pytest.mark.parametrize("flavor", flavors.NAMES)
+def test_lock_is_complete_and_current(flavor: str) -> None:
+    """Fails on a missing hash, or drift: env/ pins changed without `invoke lock --flavor FLAVOR`, or an unhashed
+    line."""
+    assert "MISSING" not in locks.lock_path(flavor).read_text()
     assert locks.check(flavor) == locks.lock_path(flavor)
+
+
+def locked_hashes(text: str) -> Dict[str, Set[str]]:
+    """``{requirement: its sha256 values}`` of a lock file."""
+    found: Dict[str, Set[str]] = {}
+    for line in text.replace("\\\n", " ").splitlines():
+        if line and not line.startswith(("#", "--")):
+            requirement, *options = line.split()
+            found[requirement] = {option[len("--hash=sha256:") :] for option in options}
+    return found
+
+
+def test_recorded_hashes_are_the_ones_the_locks_carry() -> None:
+    """Each recorded wheel is a wheel of one pin (so the ROCm image's Python is the recorded cp310), and that
+    flavor's lock pins exactly the recorded hashes for it."""
+    recorded = locks.recorded_hashes()
+    assert recorded, "env/requirements/recorded-hashes.txt records nothing"
+    used: Dict[str, List[str]] = {name: [] for name in recorded}
+    for name in flavors.NAMES:
+        flavor, stack = flavors.get(name), envfiles.stack()
+        carried = locked_hashes(locks.lock_path(name).read_text())
+        for pin in locks.pins(name, stack):
+            fitting = locks.recorded_for(pin, recorded, stack[flavor.python_key], flavor.glibc)
+            if fitting:
+                assert carried[pin.requirement] == set(fitting.values()), f"{name}.lock: {pin.requirement}"
+            for filename in fitting:
+                used[filename].append(name)
+    assert all(used.values()), f"recorded wheels that no flavor's pins install: {[f for f, u in used.items() if not u]}"
 
 
 def test_ci_installs_the_cuda_lock() -> None:
     """The native test environment is the CUDA image's packages, hash for hash."""
     assert "pip install -q --require-hashes --no-deps -r env/requirements/cuda.lock" in (ROOT / ".ci/run").read_text()
-
-
-def test_rocm_lock_refused_with_one_line_until_generated_where_the_index_is_reachable() -> None:
-    text = locks.lock_path("rocm").read_text()
-    assert locks.DIGEST_PREFIX + locks.inputs_digest("rocm", locks.pins("rocm"), envfiles.stack()["ROCM_PYTHON"]) in text
-    if locks.MISSING in text:
-        with pytest.raises(UserError, match=r"^[^\n]*run `invoke lock --flavor rocm` on a machine that reaches the index$"):
-            locks.check("rocm")
-    else:
-        locks.check("rocm")
 
 
 def test_pyproject_lists_package() -> None:

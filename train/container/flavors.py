@@ -7,7 +7,7 @@ names the ``env/stack.env`` keys that hold them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -36,8 +36,6 @@ class Flavor:
     #: stack.env keys of the torch index and local version label when torch is not from PyPI.
     torch_index_key: Optional[str] = None
     torch_local_key: Optional[str] = None
-    #: {package: stack.env key of a sha256 its lock must list}.
-    known_hashes: Dict[str, str] = field(default_factory=dict)
     #: Device node of the GPU kernel driver this flavor needs on the host (None: none needed).
     host_device: Optional[Path] = None
     #: What a user without this flavor's GPU should do instead.
@@ -63,7 +61,6 @@ FLAVORS: Dict[str, Flavor] = {
             env_files=("gfx1010.env", "runtime.env"),
             torch_index_key="TORCH_ROCM_INDEX",
             torch_local_key="TORCH_ROCM_LOCAL",
-            known_hashes={"torch": "TORCH_ROCM_SHA256", "torchvision": "TORCHVISION_ROCM_SHA256"},
             host_device=KFD_DEVICE,
             no_gpu_fix="no ROCm GPU driver on this host; use --flavor cpu or load amdgpu",
         ),

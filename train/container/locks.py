@@ -8,11 +8,17 @@ that version; the lock records the sha256 of each wheel that installs on the
 flavor's image (its CPython, x86_64, its glibc). pip installs the lock with
 ``--require-hashes --no-deps``, so an artifact that is not in it is refused.
 
-A pin whose hashes cannot be fetched from here (the ROCm torch index is
-reachable only from some machines) is written as a ``# MISSING`` line and
-the task fails: never an unpinned line. :func:`check` refuses such a lock,
-and one whose pins no longer match ``env/`` (the lock records the digest of
-its inputs).
+Some indexes are reachable only from some machines (the ROCm torch index).
+For their wheels ``env/requirements/recorded-hashes.txt`` records sha256
+values, each with its source: where the index cannot be reached, a pin takes
+the recorded hashes of its fitting wheels (the lock says so in a comment);
+where it can, every recorded hash must be what the index lists, or the task
+fails and the lock is left as it was. A pin with neither is written as a
+``# MISSING`` line and the task fails: never an unpinned line. :func:`check`
+refuses such a lock, one that lacks a recorded hash of its pins, and one whose
+pins no longer match ``env/`` (the lock records the digest of its inputs).
+The Dockerfiles refuse a ``# MISSING`` line too, for builds that go around
+:func:`check` (``docker compose build``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from trainbox.errors import UserError
 PYPI_SIMPLE = "https://pypi.org/simple"
 REQUIREMENTS_DIR = envfiles.ENV_DIR / "requirements"
 MISSING = "# MISSING "
+RECORDED_HASHES = "recorded-hashes.txt"
 DIGEST_PREFIX = "# inputs sha256: "
 FETCH_TIMEOUT_S = 60
 #: Legacy manylinux names and the glibc they stand for.
@@ -63,6 +70,8 @@ class Locked:
     pin: Pin
     hashes: List[str]
     missing: Optional[str] = None
+    #: Why the hashes are the recorded ones rather than the index's (its error).
+    recorded: Optional[str] = None
 
 
 def lock_path(flavor: str, requirements_dir: Path = REQUIREMENTS_DIR) -> Path:
@@ -85,6 +94,26 @@ def _pinned_lines(path: Path) -> List[Tuple[str, str]]:
             raise UserError(f"{path}:{number}: expected NAME==VERSION, got {line!r}")
         pins.append((name.strip(), version.strip()))
     return pins
+
+
+def recorded_hashes(requirements_dir: Path = REQUIREMENTS_DIR) -> Dict[str, str]:
+    """``{wheel filename: sha256}`` from ``recorded-hashes.txt``: ``FILENAME SHA256 SOURCE`` a line."""
+    path = requirements_dir / RECORDED_HASHES
+    recorded: Dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(None, 2)
+        if len(fields) < 3 or not fields[0].endswith(".whl") or not re.fullmatch(r"[0-9a-f]{64}", fields[1]):
+            raise UserError(f"{path}:{number}: expected WHEEL-FILENAME SHA256 SOURCE, got {line!r}")
+        recorded[fields[0]] = fields[1]
+    return recorded
+
+
+def recorded_for(pin: Pin, recorded: Mapping[str, str], python: str, glibc: Tuple[int, int]) -> Dict[str, str]:
+    """The recorded ``{filename: sha256}`` of ``pin``'s wheels that install on CPython ``python`` with ``glibc``."""
+    return {name: sha for name, sha in recorded.items() if fits(name, pin.name, pin.version, python, glibc)}
 
 
 def pins(
@@ -172,22 +201,43 @@ def fetch_url(url: str) -> str:
         return response.read().decode("utf-8", errors="replace")
 
 
-def resolve(flavor: str, pinned: List[Pin], python: str, fetch: Fetch = fetch_url) -> List[Locked]:
-    """The sha256 of each pin's fitting wheels; a pin without any is :class:`Locked` with ``missing`` set."""
+def _agree(url: str, listed: Mapping[str, str], recorded: Mapping[str, str]) -> None:
+    """Refuse a recorded hash that the reachable index ``url`` does not list for the same file."""
+    for name, sha in sorted(recorded.items()):
+        if listed.get(name) != sha:
+            found = f"lists {listed[name]}" if name in listed else "does not list that file"
+            raise UserError(
+                f"{name}: env/requirements/{RECORDED_HASHES} records sha256 {sha} but {url} {found}:"
+                f" find out which is right and correct {RECORDED_HASHES} (the lock was left as it was)"
+            )
+
+
+def resolve(
+    flavor: str, pinned: List[Pin], python: str, fetch: Fetch = fetch_url, recorded: Optional[Mapping[str, str]] = None
+) -> List[Locked]:
+    """The sha256 of each pin's fitting wheels, from its index or, where that cannot be reached, from
+    ``recorded``; a pin without any is :class:`Locked` with ``missing`` set. Raises when a reachable index
+    disagrees with a recorded hash."""
+    glibc = flavors.get(flavor).glibc
     pages: Dict[str, Dict[str, str]] = {}
     errors: Dict[str, str] = {}
     result = []
     for pin in pinned:
         url = f"{pin.index.rstrip('/')}/{normalize(pin.name)}/"
+        known = recorded_for(pin, recorded or {}, python, glibc)
         if url not in pages and url not in errors:
             try:
                 pages[url] = index_hashes(fetch(url))
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 errors[url] = f"{url} unreachable ({getattr(exc, 'reason', exc)})"
         if url in errors:
-            result.append(Locked(pin, [], errors[url]))
+            if known:
+                result.append(Locked(pin, sorted(set(known.values())), recorded=errors[url]))
+            else:
+                result.append(Locked(pin, [], missing=errors[url]))
             continue
-        hashes = sorted(h for f, h in pages[url].items() if fits(f, pin.name, pin.version, python, flavors.get(flavor).glibc))
+        _agree(url, pages[url], known)
+        hashes = sorted(h for f, h in pages[url].items() if fits(f, pin.name, pin.version, python, glibc))
         missing = None if hashes else f"no wheel of {pin.requirement} for CPython {python} x86_64 at {url}"
         result.append(Locked(pin, hashes, missing))
     return result
@@ -206,8 +256,10 @@ def render(flavor: str, locked: List[Locked], digest: str, python: str) -> str:
     for item in sorted(locked, key=lambda item: normalize(item.pin.name)):
         if item.missing:
             lines.append(f"{MISSING}{item.pin.requirement}: {item.missing}")
-        else:
-            lines.append(" \\\n".join([item.pin.requirement, *(f"    --hash=sha256:{h}" for h in item.hashes)]))
+            continue
+        if item.recorded:
+            lines.append(f"# {item.pin.requirement}: sha256 from {RECORDED_HASHES} ({item.recorded})")
+        lines.append(" \\\n".join([item.pin.requirement, *(f"    --hash=sha256:{h}" for h in item.hashes)]))
     return "\n".join(lines) + "\n"
 
 
@@ -218,14 +270,15 @@ def lock(
     stack = dict(stack if stack is not None else envfiles.stack())
     python = stack[flavors.get(flavor).python_key]
     pinned = pins(flavor, stack, requirements_dir)
-    locked = resolve(flavor, pinned, python, fetch)
+    locked = resolve(flavor, pinned, python, fetch, recorded_hashes(requirements_dir))
     path = lock_path(flavor, requirements_dir)
     write_text_atomic(path, render(flavor, locked, inputs_digest(flavor, pinned, python), python))
     missing = [item for item in locked if item.missing]
     if missing:
         raise UserError(
             f"{path}: {len(missing)} of {len(locked)} pins have no hash ({missing[0].missing}); the build refuses"
-            f" this lock: run `invoke lock --flavor {flavor}` on a machine that reaches the index"
+            f" this lock: run `invoke lock --flavor {flavor}` on a machine that reaches the index, or record"
+            f" their sha256 in {RECORDED_HASHES}"
         )
     return path
 
@@ -236,7 +289,8 @@ def lock_digest(path: Path) -> str:
 
 
 def check(flavor: str, requirements_dir: Path = REQUIREMENTS_DIR, stack: Optional[Mapping[str, str]] = None) -> Path:
-    """Refuse a lock that is absent, incomplete, has an unhashed line, or was made from other pins than env/'s."""
+    """Refuse a lock that is absent, incomplete, lacks a recorded hash of its pins, has an unhashed line, or was
+    made from other pins than env/'s."""
     stack = dict(stack if stack is not None else envfiles.stack())
     path = lock_path(flavor, requirements_dir)
     fix = f"run `invoke lock --flavor {flavor}`"
@@ -246,11 +300,14 @@ def check(flavor: str, requirements_dir: Path = REQUIREMENTS_DIR, stack: Optiona
     if MISSING in text:
         first = text.split(MISSING, 1)[1].splitlines()[0].split(":", 1)[0]
         raise UserError(f"{path} has no hash for {first}: {fix} on a machine that reaches the index")
-    for name, key in flavors.get(flavor).known_hashes.items():
-        if f"--hash=sha256:{stack[key]}" not in text:
-            raise UserError(f"{path}: no {name} wheel has the sha256 env/stack.env records as {key}: check the index, then {fix}")
     python = stack[flavors.get(flavor).python_key]
-    digest = inputs_digest(flavor, pins(flavor, stack, requirements_dir), python)
+    pinned = pins(flavor, stack, requirements_dir)
+    known = recorded_hashes(requirements_dir)
+    for pin in pinned:
+        for name, sha in recorded_for(pin, known, python, flavors.get(flavor).glibc).items():
+            if f"--hash=sha256:{sha}" not in text:
+                raise UserError(f"{path}: lacks the sha256 {RECORDED_HASHES} records for {name}: {fix}")
+    digest = inputs_digest(flavor, pinned, python)
     recorded = next((line[len(DIGEST_PREFIX) :] for line in text.splitlines() if line.startswith(DIGEST_PREFIX)), None)
     if recorded != digest:
         raise UserError(f"{path} was made from other pins than env/ has now: {fix}")
