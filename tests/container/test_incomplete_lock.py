@@ -14,7 +14,7 @@ from typing import Dict
 import pytest
 
 from trainbox.container import dotenv, locks
-from trainbox.container.errors import UserError
+from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What `docker compose build cpu` needs from the checkout (.dockerignore keeps the context to env/ and train/).
