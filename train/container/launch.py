@@ -183,7 +183,7 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
         service.command = ["demo", "--profile", request.profile, *request.supervisor_args, *overrides]
     else:
         # The dataset appears at its host paths (an absolute path: or ../ in the YAML then works as is),
-        # in place of compose's /data mount of the demo dataset.
+        # in place of compose's mount of the demo dataset.
         service.binds = [b for b in service.binds if b["target"] != runtime["TRAINBOX_DATA"]]
         service.binds += [{"source": str(p), "target": str(p), "read_only": True} for p in mounts]
         data_arg = f"data={found.yaml_file}"
