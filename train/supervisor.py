@@ -231,24 +231,27 @@ class Supervisor:
             next_launch = planner.after(outcome)
             if next_launch.profile != launch.profile or next_launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(next_launch)
-            delay = decision.delay_s
-            self.events.emit(
-                "restart",
-                attempt + 1,
-                after=outcome.kind.value,
-                delay_s=round(delay, 3),
-                profile=next_launch.profile,
-                previous_profile=launch.profile,
-            )
-            _say(
-                f"restarting (attempt {attempt + 1}, after {outcome.kind.value}) in {delay:.1f} s"
-                + (f" with profile {next_launch.profile}" if next_launch.profile else "")
-            )
-            self._set_state(State.BACKOFF, attempt=attempt + 1)
-            if self._sleep(delay):
+            if self._back_off(attempt + 1, outcome, launch, next_launch, decision.delay_s):
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal")
             attempt += 1
             launch = next_launch
+
+    def _back_off(self, attempt: int, after: Outcome, previous: Launch, launch: Launch, delay: float) -> bool:
+        """Announce ``attempt`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
+        self.events.emit(
+            "restart",
+            attempt,
+            after=after.kind.value,
+            delay_s=round(delay, 3),
+            profile=launch.profile,
+            previous_profile=previous.profile,
+        )
+        _say(
+            f"restarting (attempt {attempt}, after {after.kind.value}) in {delay:.1f} s"
+            + (f" with profile {launch.profile}" if launch.profile else "")
+        )
+        self._set_state(State.BACKOFF, attempt=attempt)
+        return self._sleep(delay)
 
     def _policy(self, launch: Launch) -> BudgetPolicy:
         return BudgetPolicy(
