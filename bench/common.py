@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO))
 
 from trainbox.atomic import write_text_atomic  # noqa: E402
 from trainbox.events import read_events  # noqa: E402
+from trainbox.rundir import RunDir  # noqa: E402
 
 
 def machine() -> Dict[str, Any]:
@@ -68,7 +69,7 @@ def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> in
 
 
 def events(run_dir: Path) -> List[Dict[str, Any]]:
-    return read_events(run_dir / "events.jsonl")
+    return read_events(RunDir(run_dir).events)
 
 
 def write_results(name: str, data: Dict[str, Any], markdown: str) -> Path:

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
-from common import REPO, RESULTS, summary, train_cli, write_results
+from common import REPO, RESULTS, RunDir, summary, train_cli, write_results
 
 ARGS = ["epochs=2", "imgsz=64", "batch=8", "plots=False", "val=False"]
 
@@ -41,7 +41,7 @@ def lost(run_dir: Path) -> Dict[str, Any]:
         if kind == "train":
             trained[int(attempt)].add((int(epoch), int(batch)))
     again = trained[0] & trained[1]
-    log = "\n".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.log")))
+    log = "\n".join(p.read_text(errors="replace") for p in sorted(RunDir(run_dir).attempt_log.directory.glob("*.log")))
     cost = re.findall(r"(\d+) mid-epoch checkpoint\(s\) written, ([0-9.]+) s each", log)
     return {"batches_lost": len(again), "checkpoint_s": [float(c[1]) for c in cost]}
 

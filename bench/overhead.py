@@ -24,19 +24,20 @@ import time
 from pathlib import Path
 from typing import Tuple
 
-from common import REPO, span, summary, write_results
+from common import REPO, RunDir, span, summary, write_results
 
 BARE = """
 import sys
 from pathlib import Path
 from typing import Tuple
+from trainbox.rundir import RunDir
 from trainbox.yolo import offline
-run = Path(sys.argv[1])
-offline.prepare_environment(run / "ultralytics")
+run = RunDir(Path(sys.argv[1]))
+offline.prepare_environment(run.ultralytics)
 from ultralytics import YOLO
 offline.disable_settings_sync()
 YOLO("yolov8n.yaml").train(data=sys.argv[2], epochs=int(sys.argv[3]), imgsz=int(sys.argv[4]), batch=8,
-    workers=0, amp=False, project=str(run), name="train", exist_ok=True, plots=False)
+    workers=0, amp=False, project=str(run.train.parent), name=run.train.name, exist_ok=True, plots=False)
 """
 
 
@@ -45,7 +46,7 @@ def timed(argv: list, env: dict, run: Path) -> Tuple[float, float]:
     started = time.monotonic()
     subprocess.run(argv, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.monotonic() - started
-    rows = (run / "train" / "results.csv").read_text().splitlines()[1:]
+    rows = RunDir(run).results.read_text().splitlines()[1:]
     times = [float(row.split(",")[1]) for row in rows]
     return wall, (times[-1] - times[0]) / (len(times) - 1)
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from common import REPO, events, span, summary, train_cli, write_results
+from common import REPO, RunDir, events, span, summary, train_cli, write_results
 
 PROFILES = ("safe", "balanced", "fast")
 
@@ -73,7 +73,7 @@ def main() -> int:
                 start = next(e for e in history if e["event"] == "start")
                 end = next(e for e in history if e["event"] == "exit")
                 first[profile].append(end["first_step_ts"] - start["ts"])
-                beat = json.loads((run_dir / "state.json").read_text())["heartbeat"]
+                beat = json.loads(RunDir(run_dir).state.read_text())["heartbeat"]
                 speed[profile].append(beat["imgs_per_s"])
                 print(f"round {round_ + 1} {profile}: first batch {first[profile][-1]:.1f} s, {speed[profile][-1]} img/s")
     table = {p: {"first_batch_s": summary(first[p]), "imgs_per_s": summary(speed[p])} for p in PROFILES}

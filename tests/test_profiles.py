@@ -9,7 +9,7 @@ import pytest
 from tests.supervised import train_cli
 from trainbox import profiles
 from trainbox.ladder import ProfileLadder
-from trainbox.supervisor import Outcome
+from trainbox.restart import Outcome, OutcomeKind
 
 
 def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
@@ -62,7 +62,7 @@ def test_compile_with_fork_workers_is_refused(tmp_path: Path) -> None:
 
 
 def _outcome(kind: str, stepped: bool) -> Outcome:
-    return Outcome(kind, first_step_ts=1.0 if stepped else None)
+    return Outcome(OutcomeKind(kind), first_step_ts=1.0 if stepped else None)
 
 
 def test_ladder_steps_down_on_stalls_and_ends_with_native_convolutions() -> None:

@@ -217,8 +217,8 @@ def test_health_follows_the_run(tmp_path: Path) -> None:
     "args, message",
     [
         (["supervise", "--"], "no command to supervise"),
-        (["supervise", "--stall-timeout", "soon", "--", "true"], "expected seconds"),
-        (["supervise", "--grace", "-1", "--", "true"], "invalid grace_s"),
+        (["supervise", "--stall-timeout", "soon", "--", "true"], "expected a number"),
+        (["supervise", "--grace", "-1", "--", "true"], "--grace: must be a finite number >= 0"),
         (["bogus"], "invalid choice"),
         (["demo-data", "/proc/no-such-dir/demo"], "cannot write the demo dataset"),
         (["supervise", "--", "/nonexistent/trainer"], None),

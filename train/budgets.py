@@ -11,7 +11,11 @@ Learned budgets follow NVIDIA's nvidia-resiliency-ext: after ``min_samples``
 silent intervals have been seen in a phase, its budget becomes ``factor`` times
 the longest of them, never below ``floor`` and never above the stall timeout,
 so they only ever tighten detection of a phase whose rhythm is known. They are
-forgotten when the profile changes (other loader settings, other rhythm).
+forgotten when the profile changes (other loader settings, other rhythm): the
+supervisor starts a new policy then.
+
+The numbers come from ``trainbox.supervisor_settings`` (defaults, rules) and
+the attempt's ``Launch``, both validated before a policy is made.
 """
 
 from __future__ import annotations
@@ -41,17 +45,10 @@ class PhaseRhythm:
 class BudgetPolicy:
     startup_s: float
     stall_s: float
-    factor: float = 3.0
-    floor_s: float = 60.0
-    min_samples: int = 20
+    factor: float
+    floor_s: float
+    min_samples: int
     rhythm: Dict[str, PhaseRhythm] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in ("startup_s", "stall_s", "floor_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.factor < 0:
-            raise ValueError(f"factor must be >= 0 (0 disables learning), got {self.factor}")
 
     def observe(self, beat: Optional[Dict[str, Any]], silent_s: float) -> None:
         """Record how long the child stayed silent after ``beat`` before its next progress."""
@@ -68,9 +65,6 @@ class BudgetPolicy:
             for phase, r in self.rhythm.items()
             if r.samples >= self.min_samples and self.factor > 0
         }
-
-    def forget(self) -> None:
-        self.rhythm.clear()
 
     def current(self, beat: Optional[Dict[str, Any]]) -> Budget:
         if beat is None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
-from trainbox import errors, profiles, warmup
+from trainbox import errors, profiles, supervisor_settings, warmup
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
@@ -23,16 +23,6 @@ DEFAULT_RUN_DIR = "runs/trainbox"
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (see '{self.prog} --help')")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _count(text: str) -> int:
@@ -46,41 +36,13 @@ def _count(text: str) -> int:
 
 
 def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profile: bool) -> None:
-    default_note = " (default: the profile's)" if budgets_from_profile else ""
     parser.add_argument(
         "--run-dir",
         type=Path,
         default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)),
         help=f"events, heartbeat, incidents and checkpoints go here (default: $TRAIN_RUN_DIR or {DEFAULT_RUN_DIR})",
     )
-    parser.add_argument(
-        "--startup-timeout",
-        type=_positive,
-        default=None if budgets_from_profile else 600.0,
-        help=f"seconds until the first beat{default_note or ' (default: 600)'}",
-    )
-    parser.add_argument(
-        "--stall-timeout",
-        type=_positive,
-        default=None if budgets_from_profile else 300.0,
-        help=f"seconds allowed between beats{default_note or ' (default: 300)'}",
-    )
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL (default: 30)")
-    parser.add_argument("--max-restarts", type=_count, default=5, help="restarts before giving up (default: 5)")
-    parser.add_argument("--backoff", type=float, default=2.0, help="first restart delay, doubled per failure (default: 2)")
-    parser.add_argument(
-        "--learned-factor",
-        type=float,
-        default=3.0,
-        help="learned budget = factor x slowest silent interval seen in a phase; 0 disables (default: 3)",
-    )
-    parser.add_argument("--learned-floor", type=_positive, default=60.0, help="learned budgets never go below this (default: 60)")
-    parser.add_argument(
-        "--learned-min-samples",
-        type=_count,
-        default=20,
-        help="intervals to see in a phase before learning its budget (default: 20)",
-    )
+    supervisor_settings.add_arguments(parser, profile_defaults=budgets_from_profile)
     parser.add_argument("--quiet", action="store_true", help="do not echo the child's output (it is still logged)")
 
 
@@ -117,20 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
     try:
-        return SupervisorSpec(
-            run_dir=args.run_dir,
-            planner=planner,
-            grace_s=args.grace,
-            max_restarts=args.max_restarts,
-            backoff_s=args.backoff,
-            backoff_max_s=max(60.0, args.backoff),
-            learned_factor=args.learned_factor,
-            learned_floor_s=args.learned_floor,
-            learned_min_samples=max(1, args.learned_min_samples),
-            echo=not args.quiet,
-        )
+        settings = supervisor_settings.SupervisorSettings.from_arguments(args)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    return SupervisorSpec(run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet)
 
 
 def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:

@@ -14,7 +14,8 @@ from typing import Tuple
 
 import psutil
 
-from trainbox.supervisor import LIVE_STATES, STATE_FILE, State
+from trainbox.rundir import RunDir
+from trainbox.supervisor import LIVE_STATES, State
 
 #: How old state.json may be before the supervisor itself counts as hung.
 STATE_STALE_S = 30.0
@@ -23,7 +24,7 @@ STATE_STALE_S = 30.0
 def check(run_dir: Path, now: float = 0.0) -> Tuple[bool, str]:
     """(healthy, one line saying why)."""
     now = now or time.time()
-    path = Path(run_dir) / STATE_FILE
+    path = RunDir(Path(run_dir)).state
     try:
         state = json.loads(path.read_text())
     except FileNotFoundError:

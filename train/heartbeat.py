@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from trainbox.atomic import write_text_atomic
+from trainbox.rundir import RunDir
 
 HEARTBEAT_ENV = "TRAIN_HEARTBEAT_FILE"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"
@@ -129,14 +130,10 @@ def progress_key(record: Optional[Dict[str, Any]]) -> Optional[str]:
     return json.dumps({k: v for k, v in record.items() if k not in VOLATILE_KEYS}, sort_keys=True)
 
 
-def stacks_dir_for(run_dir: Path) -> Path:
-    """Where processes of a run write their faulthandler stack dumps."""
-    return Path(run_dir) / "stacks"
-
-
-def stacks_dir() -> Optional[Path]:
-    run_dir = os.environ.get(RUN_DIR_ENV)
-    return stacks_dir_for(Path(run_dir)) if run_dir else None
+def run_dir() -> Optional[RunDir]:
+    """The run directory the supervisor gave this process (``$TRAIN_RUN_DIR``), if any."""
+    root = os.environ.get(RUN_DIR_ENV)
+    return RunDir(Path(root)) if root else None
 
 
 _stack_file = None
@@ -151,13 +148,13 @@ def install_stack_dump() -> bool:
     forked child re-registers with its own file.
     """
     global _stack_file
-    directory = stacks_dir()
-    if directory is None:
+    run = run_dir()
+    if run is None:
         return False
-    directory.mkdir(parents=True, exist_ok=True)
+    run.stack_dump.directory.mkdir(parents=True, exist_ok=True)
     if _stack_file is not None:
         _stack_file.close()
-    _stack_file = open(directory / f"{os.getpid()}.txt", "w")  # noqa: SIM115 - must outlive this call
+    _stack_file = open(run.stack_dump(os.getpid()), "w")  # noqa: SIM115 - must outlive this call
     faulthandler.register(STACK_DUMP_SIGNAL, file=_stack_file, all_threads=True, chain=False)
     return True
 

@@ -29,6 +29,7 @@ import psutil
 
 from trainbox import gpu_state, heartbeat, proctree
 from trainbox.atomic import fsync_path
+from trainbox.rundir import IncidentDir, Numbering
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
@@ -61,10 +62,10 @@ def _stack_by_py_spy(pid: int) -> Tuple[Optional[str], str]:
     return None, f"py-spy failed: {reason}"
 
 
-def _stacks_by_faulthandler(pids: Sequence[int], stacks_dir: Optional[Path]) -> Dict[int, Tuple[Optional[str], str]]:
-    """Ask every process that has a SIGUSR1 handler to dump its stacks into its file."""
+def _stacks_by_faulthandler(pids: Sequence[int], dumps: Optional[Numbering]) -> Dict[int, Tuple[Optional[str], str]]:
+    """Ask every process that has a SIGUSR1 handler to dump its stacks into its file (``dumps(pid)``)."""
     results: Dict[int, Tuple[Optional[str], str]] = {}
-    if stacks_dir is None:
+    if dumps is None:
         return {pid: (None, "no faulthandler dump directory") for pid in pids}
     mask = 1 << (heartbeat.STACK_DUMP_SIGNAL - 1)
     asked: Dict[int, int] = {}
@@ -72,7 +73,7 @@ def _stacks_by_faulthandler(pids: Sequence[int], stacks_dir: Optional[Path]) -> 
         if not proctree.caught_signals(pid) & mask:
             results[pid] = (None, "no stack-dump handler registered (SIGUSR1 would kill it)")
             continue
-        path = stacks_dir / f"{pid}.txt"
+        path = dumps(pid)
         asked[pid] = path.stat().st_size if path.exists() else 0
         try:
             psutil.Process(pid).send_signal(heartbeat.STACK_DUMP_SIGNAL)
@@ -83,7 +84,7 @@ def _stacks_by_faulthandler(pids: Sequence[int], stacks_dir: Optional[Path]) -> 
     while asked and time.monotonic() < deadline:
         time.sleep(0.1)
         for pid, offset in list(asked.items()):
-            path = stacks_dir / f"{pid}.txt"
+            path = dumps(pid)
             if path.exists() and path.stat().st_size > offset:
                 time.sleep(0.1)
                 with path.open() as handle:
@@ -95,13 +96,13 @@ def _stacks_by_faulthandler(pids: Sequence[int], stacks_dir: Optional[Path]) -> 
     return results
 
 
-def collect_stacks(pids: Sequence[int], stacks_dir: Optional[Path]) -> Dict[int, Tuple[Optional[str], str]]:
+def collect_stacks(pids: Sequence[int], dumps: Optional[Numbering]) -> Dict[int, Tuple[Optional[str], str]]:
     """Stacks per pid: py-spy in parallel first, the faulthandler dump for the rest."""
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(pids)))) as pool:
         results = dict(zip(pids, pool.map(_stack_by_py_spy, pids)))
     missing = [pid for pid, (text, _) in results.items() if text is None]
     if missing:
-        fallback = _stacks_by_faulthandler(missing, stacks_dir)
+        fallback = _stacks_by_faulthandler(missing, dumps)
         for pid, (text, how) in fallback.items():
             if text is not None:
                 results[pid] = (text, how)
@@ -139,41 +140,44 @@ def write_incident(
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
     output_tail: bytes,
-    stacks_dir: Optional[Path],
+    dumps: Optional[Numbering],
 ) -> Dict[str, Any]:
-    """Write the report for one stall; return its summary (also in summary.json)."""
+    """Write the report for one stall into ``directory``; return its summary (also in summary.json).
+
+    ``dumps`` names the faulthandler dump of each pid (``RunDir.stack_dump``).
+    """
     started = time.monotonic()
     directory = Path(directory)
-    staging = directory.with_name(f".{directory.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / "stacks").mkdir(parents=True)
+    staging = IncidentDir(directory.with_name(f".{directory.name}.partial"))
+    shutil.rmtree(staging.root, ignore_errors=True)
+    staging.stack.directory.mkdir(parents=True)
 
     procs = tree.scan()
     rows = proctree.describe(procs)
-    stacks = collect_stacks([row["pid"] for row in rows], stacks_dir)
+    stacks = collect_stacks([row["pid"] for row in rows], dumps)
     how: Dict[str, str] = {}
     for pid, (text, method) in stacks.items():
         how[str(pid)] = method
         body = text if text is not None else f"no stack: {method}\n"
-        (staging / "stacks" / f"{pid}.txt").write_text(body)
+        staging.stack(pid).write_text(body)
 
-    (staging / "processes.json").write_text(json.dumps(rows, indent=2))
-    (staging / "processes.txt").write_text(_tree_text(rows))
-    (staging / "heartbeat.json").write_text(json.dumps(last_beat, indent=2, sort_keys=True))
-    (staging / "output-tail.txt").write_bytes(output_tail)
+    staging.processes_json.write_text(json.dumps(rows, indent=2))
+    staging.processes_txt.write_text(_tree_text(rows))
+    staging.heartbeat.write_text(json.dumps(last_beat, indent=2, sort_keys=True))
+    staging.output_tail.write_bytes(output_tail)
     gpu = gpu_state.read()
-    (staging / "kernel.txt").write_text(gpu.kernel)
-    (staging / "gpu.txt").write_text(gpu.smi)
+    staging.kernel.write_text(gpu.kernel)
+    staging.gpu.write_text(gpu.smi)
 
     summary = dict(reason)
     summary.update(
         processes=len(rows),
         stacks=how,
         write_s=round(time.monotonic() - started, 3),
-        bytes=sum(f.stat().st_size for f in staging.rglob("*") if f.is_file()),
+        bytes=sum(f.stat().st_size for f in staging.root.rglob("*") if f.is_file()),
     )
-    (staging / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    staging.summary.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
     shutil.rmtree(directory, ignore_errors=True)
-    staging.rename(directory)
+    staging.root.rename(directory)
     fsync_path(directory.parent)
     return summary

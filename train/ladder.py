@@ -16,7 +16,8 @@ from typing import List, Optional, Sequence
 
 from trainbox import module_command, warmup
 from trainbox.profiles import Profile
-from trainbox.supervisor import Launch, Outcome, Planner
+from trainbox.restart import Outcome, OutcomeKind
+from trainbox.supervisor import Launch, Planner
 from trainbox.yolo.args import PROFILE_KEYS
 
 
@@ -65,7 +66,7 @@ class ProfileLadder(Planner):
         return self._launch()
 
     def after(self, outcome: Outcome) -> Launch:
-        if outcome.kind == "stalled":
+        if outcome.kind is OutcomeKind.STALLED:
             before_first_step = outcome.first_step_ts is None
             step_down = self.profile.fallback or (self.profile.startup_fallback if before_first_step else None)
             if step_down:

@@ -1,7 +1,10 @@
 """The supervisor: run a child, notice when it stops making progress, diagnose, kill, restart.
 
 Shaped after torchelastic's agent: a spec validated on creation, a state enum
-that documents the machine, and a ``run()`` that always cleans up.
+that documents the machine, and a ``run()`` that always cleans up. What to do
+after an attempt ends is decided by :mod:`trainbox.restart` (a pure policy),
+the settings and their rules are :mod:`trainbox.supervisor_settings`, and
+every path of the run directory is named by :class:`trainbox.rundir.RunDir`.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import ExitCode
 from trainbox.events import EventLog
+from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
+from trainbox.rundir import RunDir
+from trainbox.supervisor_settings import STALL_TIMEOUT, STARTUP_TIMEOUT, SupervisorSettings
 
-STATE_FILE = "state.json"
-HEARTBEAT_FILE = "heartbeat.json"
 OUTPUT_TAIL_BYTES = 64 * 1024
+#: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
+POLL_S = 0.5
 
 
 class State(str, Enum):
@@ -39,6 +45,8 @@ class State(str, Enum):
     CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
     CRASHED | STALLED --restart budget spent----> GAVE_UP
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
+
+    The arrows out of CRASHED and STALLED are :func:`trainbox.restart.decide`'s.
     any --SIGTERM/SIGINT to the supervisor------> STOPPING --tree gone--> STOPPED
     """
 
@@ -71,9 +79,8 @@ class Launch:
     def __post_init__(self) -> None:
         if not self.argv:
             raise ValueError("no command to supervise: give it after '--'")
-        for name in ("startup_timeout", "stall_timeout"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        STARTUP_TIMEOUT.check(self.startup_timeout)
+        STALL_TIMEOUT.check(self.stall_timeout)
 
 
 class Planner:
@@ -92,43 +99,12 @@ class Planner:
 
 @dataclass(frozen=True)
 class SupervisorSpec:
+    """What to supervise (``planner``), where (``run_dir``) and how (``settings``, validated on creation)."""
+
     run_dir: Path
     planner: Planner
-    grace_s: float = 30.0
-    max_restarts: int = 5
-    backoff_s: float = 2.0
-    backoff_max_s: float = 60.0
-    learned_factor: float = 3.0
-    learned_floor_s: float = 60.0
-    learned_min_samples: int = 20
-    poll_s: float = 0.5
+    settings: SupervisorSettings = field(default_factory=SupervisorSettings)
     echo: bool = True
-
-    def __post_init__(self) -> None:
-        checks = {
-            "grace_s": self.grace_s >= 0,
-            "max_restarts": self.max_restarts >= 0,
-            "backoff_s": self.backoff_s >= 0,
-            "backoff_max_s": self.backoff_max_s >= self.backoff_s,
-            "learned_factor": self.learned_factor >= 0,
-            "learned_floor_s": self.learned_floor_s > 0,
-            "learned_min_samples": self.learned_min_samples >= 1,
-            "poll_s": self.poll_s > 0,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"invalid {name}: {getattr(self, name)}")
-
-
-@dataclass
-class Outcome:
-    kind: str  # "exited", "stalled" or "stopped"
-    code: Optional[int] = None
-    beats: int = 0
-    first_beat_ts: Optional[float] = None
-    first_step_ts: Optional[float] = None
-    last_beat: Optional[Dict[str, Any]] = None
-    detail: Dict[str, Any] = field(default_factory=dict)
 
 
 class OutputTee:
@@ -199,19 +175,22 @@ def _say(message: str) -> None:
 class Supervisor:
     def __init__(self, spec: SupervisorSpec) -> None:
         self.spec = spec
-        self.run_dir = Path(spec.run_dir)
-        self.events = EventLog(self.run_dir / "events.jsonl")
+        self.settings = spec.settings
+        self.run_dir = RunDir(Path(spec.run_dir))
+        self.events = EventLog(self.run_dir.events)
         self.state = State.STARTING
+        self.counters = Counters()
         self._stop_signal: Optional[int] = None
         self._tree: Optional[proctree.ProcessTree] = None
-        self._status: Dict[str, Any] = {"restarts": 0, "stalls": 0, "crashes": 0}
+        #: What state.json says besides the state and the counters (attempt, budget, last beat, ...).
+        self._status: Dict[str, Any] = {}
         self._status_written = 0.0
 
     # -- public ----------------------------------------------------------
     def run(self) -> int:
         """Supervise until success, give-up or a stop signal; return the exit code."""
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.root.mkdir(parents=True, exist_ok=True)
         proctree.become_subreaper()
         code: int = ExitCode.GAVE_UP
         try:
@@ -219,7 +198,7 @@ class Supervisor:
             return code
         finally:
             if self._tree is not None and self._tree.alive():
-                self._tree.terminate(self.spec.grace_s)
+                self._tree.terminate(self.settings.grace_s)
             self._publish(force=True, exit_code=code)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -233,52 +212,52 @@ class Supervisor:
         launch = planner.first()
         policy = self._policy(launch)
         attempt = 0
-        no_beat_streak = 0
-        failures = 0
         history: List[str] = []
         while True:
             outcome = self._attempt(attempt, launch, policy)
-            if outcome.kind == "stopped":
+            decision = decide(outcome, self.counters, self.settings)
+            self.counters = decision.counters
+            if decision.verdict is Verdict.STOPPED:
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal", outcome)
-            if outcome.kind == "exited" and outcome.code == 0:
+            if decision.verdict is Verdict.SUCCEEDED:
                 return self._finish(attempt, ExitCode.OK, State.SUCCEEDED, "completed", outcome)
             history.append(self._describe(outcome, launch))
-            no_beat_streak = no_beat_streak + 1 if outcome.beats == 0 else 0
-            failures = failures + 1 if outcome.beats <= 1 else 1
-            if no_beat_streak >= 2:
+            if decision.verdict is Verdict.MISCONFIGURED:
                 return self._misconfigured(attempt, outcome)
-            if self._status["restarts"] >= self.spec.max_restarts:
+            if decision.verdict is Verdict.GAVE_UP:
                 return self._give_up(attempt, history)
             next_launch = planner.after(outcome)
             if next_launch.profile != launch.profile or next_launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(next_launch)
-            delay = min(self.spec.backoff_max_s, self.spec.backoff_s * 2 ** (failures - 1))
-            self._status["restarts"] += 1
-            self.events.emit(
-                "restart",
-                attempt + 1,
-                after=outcome.kind,
-                delay_s=round(delay, 3),
-                profile=next_launch.profile,
-                previous_profile=launch.profile,
-            )
-            _say(
-                f"restarting (attempt {attempt + 1}, after {outcome.kind}) in {delay:.1f} s"
-                + (f" with profile {next_launch.profile}" if next_launch.profile else "")
-            )
-            self._set_state(State.BACKOFF, attempt=attempt + 1)
-            if self._sleep(delay):
+            if self._back_off(attempt + 1, outcome, launch, next_launch, decision.delay_s):
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal")
             attempt += 1
             launch = next_launch
+
+    def _back_off(self, attempt: int, after: Outcome, previous: Launch, launch: Launch, delay: float) -> bool:
+        """Announce ``attempt`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
+        self.events.emit(
+            "restart",
+            attempt,
+            after=after.kind.value,
+            delay_s=round(delay, 3),
+            profile=launch.profile,
+            previous_profile=previous.profile,
+        )
+        _say(
+            f"restarting (attempt {attempt}, after {after.kind.value}) in {delay:.1f} s"
+            + (f" with profile {launch.profile}" if launch.profile else "")
+        )
+        self._set_state(State.BACKOFF, attempt=attempt)
+        return self._sleep(delay)
 
     def _policy(self, launch: Launch) -> BudgetPolicy:
         return BudgetPolicy(
             startup_s=launch.startup_timeout,
             stall_s=launch.stall_timeout,
-            factor=self.spec.learned_factor,
-            floor_s=self.spec.learned_floor_s,
-            min_samples=self.spec.learned_min_samples,
+            factor=self.settings.learned_factor,
+            floor_s=self.settings.learned_floor_s,
+            min_samples=self.settings.learned_min_samples,
         )
 
     def _sleep(self, seconds: float) -> bool:
@@ -295,9 +274,9 @@ class Supervisor:
         env.update(launch.env)
         env.update(
             {
-                heartbeat.HEARTBEAT_ENV: str(self.run_dir / HEARTBEAT_FILE),
+                heartbeat.HEARTBEAT_ENV: str(self.run_dir.heartbeat),
                 heartbeat.ATTEMPT_ENV: str(attempt),
-                heartbeat.RUN_DIR_ENV: str(self.run_dir),
+                heartbeat.RUN_DIR_ENV: str(self.run_dir.root),
                 "TRAIN_STARTUP_TIMEOUT": str(launch.startup_timeout),
                 "PYTHONUNBUFFERED": "1",
             }
@@ -305,8 +284,7 @@ class Supervisor:
         return env
 
     def _attempt(self, attempt: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
-        hb_path = self.run_dir / HEARTBEAT_FILE
-        hb_path.unlink(missing_ok=True)
+        self.run_dir.heartbeat.unlink(missing_ok=True)
         try:
             proc = subprocess.Popen(
                 list(launch.argv),
@@ -320,9 +298,10 @@ class Supervisor:
             self.events.emit("start", attempt, profile=launch.profile, argv=list(launch.argv), pid=None)
             _say(f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}")
             self.events.emit("crash", attempt, code=127, beats=0, last_output=[str(exc)])
-            self._status["crashes"] += 1
-            return Outcome("exited", code=127, detail={"last_output": [str(exc)]})
-        tee = OutputTee(proc.stdout, self.run_dir / "logs" / f"attempt-{attempt}.log", self.spec.echo)
+            failed = Outcome(OutcomeKind.EXITED, code=127, detail={"last_output": [str(exc)]})
+            self.counters = self.counters.counted(failed)
+            return failed
+        tee = OutputTee(proc.stdout, self.run_dir.attempt_log(attempt), self.spec.echo)
         tree = proctree.ProcessTree(proc.pid)
         self._tree = tree
         launched_at = time.time()
@@ -336,19 +315,19 @@ class Supervisor:
             stall_timeout_s=launch.stall_timeout,
         )
         self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
-        outcome = Outcome("exited")
+        outcome = Outcome(OutcomeKind.EXITED)
         try:
             outcome = self._watch(Running(attempt, launch, policy, proc, tree, tee))
             return outcome
         finally:
             if tree.alive():
-                tree.terminate(self.spec.grace_s)
+                tree.terminate(self.settings.grace_s)
             proc.wait()
             tee.close()
             self._tree = None
-            if outcome.kind == "exited" and outcome.code not in (0, None):
+            if outcome.crashed:
                 outcome.detail["last_output"] = tee.tail_lines(20)
-                self._status["crashes"] += 1
+                self.counters = self.counters.counted(outcome)
                 self.events.emit(
                     "crash",
                     attempt,
@@ -362,21 +341,20 @@ class Supervisor:
                 _say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
 
     def _watch(self, run: Running) -> Outcome:
-        outcome = Outcome("exited")
+        outcome = Outcome(OutcomeKind.EXITED)
         tree, policy = run.tree, run.policy
-        hb_path = self.run_dir / HEARTBEAT_FILE
         last_key: Optional[str] = None
         last_progress = time.monotonic()
         while True:
             if self._stop_signal is not None:
                 self._set_state(State.STOPPING)
-                _say(f"signal {self._stop_signal}: stopping the training tree (grace {self.spec.grace_s:.0f} s)")
-                tree.terminate(self.spec.grace_s)
-                outcome.kind = "stopped"
+                _say(f"signal {self._stop_signal}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
+                tree.terminate(self.settings.grace_s)
+                outcome.kind = OutcomeKind.STOPPED
                 return outcome
             code = run.proc.poll()
             now = time.monotonic()
-            record = heartbeat.read(hb_path)
+            record = heartbeat.read(self.run_dir.heartbeat)
             key = heartbeat.progress_key(record)
             if key is not None and key != last_key:
                 policy.observe(outcome.last_beat, now - last_progress)
@@ -405,13 +383,14 @@ class Supervisor:
                 heartbeat=outcome.last_beat,
                 learned=policy.learned(),
             )
-            time.sleep(min(self.spec.poll_s, max(0.05, budget.seconds / 20)))
+            time.sleep(min(POLL_S, max(0.05, budget.seconds / 20)))
 
     def _stalled(self, run: Running, outcome: Outcome, budget: Budget, silent_s: float) -> Outcome:
         attempt, launch = run.attempt, run.launch
         budget_name, budget_s = budget.name, budget.seconds
+        outcome.kind = OutcomeKind.STALLED
+        self.counters = self.counters.counted(outcome)
         self._set_state(State.STALLED)
-        self._status["stalls"] += 1
         phase = (outcome.last_beat or {}).get("phase")
         _say(
             f"attempt {attempt} stalled: silent {silent_s:.1f} s > {budget_name} budget {budget_s:.1f} s"
@@ -419,7 +398,7 @@ class Supervisor:
             + "; writing incident report"
         )
         detected = time.monotonic()
-        where = self.run_dir / "incidents" / str(attempt)
+        where = self.run_dir.incident_dir(attempt)
         summary = incident.write_incident(
             where,
             tree=run.tree,
@@ -433,10 +412,10 @@ class Supervisor:
             },
             last_beat=outcome.last_beat,
             output_tail=run.tee.tail(),
-            stacks_dir=heartbeat.stacks_dir_for(self.run_dir),
+            dumps=self.run_dir.stack_dump,
         )
         diagnosed = time.monotonic()
-        result = run.tree.terminate(self.spec.grace_s)
+        result = run.tree.terminate(self.settings.grace_s)
         run.proc.wait()
         killed = time.monotonic()
         self.events.emit(
@@ -461,7 +440,6 @@ class Supervisor:
             incident_bytes=summary["bytes"],
         )
         _say(f"incident written to {where} ({summary['write_s']:.1f} s); tree killed in {killed - diagnosed:.1f} s")
-        outcome.kind = "stalled"
         outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=str(where))
         return outcome
 
@@ -474,18 +452,15 @@ class Supervisor:
         timing = {}
         if outcome is not None:
             timing = {"beats": outcome.beats, "first_beat_ts": outcome.first_beat_ts, "first_step_ts": outcome.first_step_ts}
-        self.events.emit("exit", attempt, code=code, reason=reason, **timing, **self._counts())
+        self.events.emit("exit", attempt, code=code, reason=reason, **timing, **self.counters.published())
         if state is State.SUCCEEDED:
-            counts = self._counts()
-            _say(f"completed after {attempt + 1} attempt(s) ({counts['stalls']} stall(s), {counts['crashes']} crash(es))")
+            counts = self.counters
+            _say(f"completed after {attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))")
         return code
-
-    def _counts(self) -> Dict[str, int]:
-        return {k: self._status[k] for k in ("restarts", "stalls", "crashes")}
 
     def _describe(self, outcome: Outcome, launch: Launch) -> str:
         profile = f" with profile {launch.profile}" if launch.profile else ""
-        if outcome.kind == "stalled":
+        if outcome.kind is OutcomeKind.STALLED:
             d = outcome.detail
             phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
             budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
@@ -494,8 +469,8 @@ class Supervisor:
 
     def _misconfigured(self, attempt: int, outcome: Outcome) -> int:
         self._set_state(State.MISCONFIGURED)
-        self.events.emit("give_up", attempt, reason="misconfigured", **self._counts())
-        self.events.emit("exit", attempt, code=ExitCode.MISCONFIGURED, reason="misconfigured", **self._counts())
+        self.events.emit("give_up", attempt, reason="misconfigured", **self.counters.published())
+        self.events.emit("exit", attempt, code=ExitCode.MISCONFIGURED, reason="misconfigured", **self.counters.published())
         lines = outcome.detail.get("last_output") or ["(no output)"]
         _say(
             "two attempts in a row ended before their first heartbeat: this is a configuration error, "
@@ -505,13 +480,14 @@ class Supervisor:
 
     def _give_up(self, attempt: int, history: List[str]) -> int:
         self._set_state(State.GAVE_UP)
-        self.events.emit("give_up", attempt, reason="restart budget spent", **self._counts())
-        self.events.emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **self._counts())
+        counts = self.counters
+        self.events.emit("give_up", attempt, reason="restart budget spent", **counts.published())
+        self.events.emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **counts.published())
         _say(
-            f"giving up after {attempt + 1} attempts and {self._status['restarts']} restart(s) "
-            f"(--max-restarts {self.spec.max_restarts}): {self._status['stalls']} stall(s), "
-            f"{self._status['crashes']} crash(es). In order: " + "; ".join(history) + ". "
-            f"Incident reports are in {self.run_dir / 'incidents'}, the history in {self.run_dir / 'events.jsonl'}."
+            f"giving up after {attempt + 1} attempts and {counts.restarts} restart(s) "
+            f"(--max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
+            f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
+            f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )
         return ExitCode.GAVE_UP
 
@@ -526,5 +502,7 @@ class Supervisor:
         if not force and now - self._status_written < 1.0:
             return
         self._status_written = now
-        record = dict(self._status, state=self.state.value, supervisor_pid=os.getpid(), updated_ts=time.time())
-        write_text_atomic(self.run_dir / STATE_FILE, json.dumps(record, sort_keys=True, default=str), fsync=False)
+        record = dict(
+            self._status, **self.counters.published(), state=self.state.value, supervisor_pid=os.getpid(), updated_ts=time.time()
+        )
+        write_text_atomic(self.run_dir.state, json.dumps(record, sort_keys=True, default=str), fsync=False)

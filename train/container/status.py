@@ -18,8 +18,7 @@ import yaml
 
 from trainbox.errors import UserError
 from trainbox.events import read_events
-
-LAST_CHECKPOINT = Path("train") / "weights" / "last.pt"
+from trainbox.rundir import RunDir
 
 
 @dataclass
@@ -68,16 +67,17 @@ def read(run_dir: Path) -> Progress:
     """Collect a run directory's files; a directory that is not a run is a UserError."""
     if not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} not found: pass --run-dir or start a run with `invoke train`")
+    run = RunDir(run_dir)
     args: Dict[str, Any] = {}
     try:
-        args = yaml.safe_load((run_dir / "train" / "args.yaml").read_text()) or {}
+        args = yaml.safe_load(run.train_args.read_text()) or {}
     except (OSError, yaml.YAMLError):
         pass
-    checkpoint = run_dir / LAST_CHECKPOINT
+    checkpoint = run.last_checkpoint
     return Progress(
-        state=_json(run_dir / "state.json"),
-        beat=_json(run_dir / "heartbeat.json"),
-        events=read_events(run_dir / "events.jsonl"),
+        state=_json(run.state),
+        beat=_json(run.heartbeat),
+        events=read_events(run.events),
         epochs=args.get("epochs"),
         batch_size=args.get("batch"),
         checkpoint_mtime=checkpoint.stat().st_mtime if checkpoint.exists() else None,

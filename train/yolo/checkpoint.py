@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 from trainbox import faults
 from trainbox.atomic import fsync_path, write_text_atomic
 from trainbox.errors import UserError
+from trainbox.rundir import RunDir
 
 STAGING_DIR = ".staging"
 
@@ -100,7 +101,8 @@ def staging_dir(weights: Path) -> Path:
 
 def publish(staging: Path, weights: Path, epoch: int) -> None:
     """Move every staged checkpoint over its target, ``last.pt`` first, each fsynced before its rename."""
-    staged = sorted(staging.glob("*.pt"), key=lambda p: (p.name != "last.pt", p.name != "best.pt", p.name))
+    first = (RunDir.last_checkpoint.name, RunDir.best_checkpoint.name)
+    staged = sorted(staging.glob("*.pt"), key=lambda p: (p.name != first[0], p.name != first[1], p.name))
     for index, path in enumerate(staged):
         if index == 0:
             faults.point("save", epoch=epoch)

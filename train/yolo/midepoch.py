@@ -42,9 +42,11 @@ from ultralytics.utils import LOGGER
 
 from trainbox import faults
 from trainbox.atomic import atomic_writer
+from trainbox.rundir import RunDir
 from trainbox.yolo.position import Position, record
 
-MIDEPOCH_NAME = "midepoch.pt"
+#: ``RunDir.midepoch_checkpoint``'s file name: the trainer knows only its weights folder (``trainer.wdir``).
+MIDEPOCH_NAME = RunDir.midepoch_checkpoint.name
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,8 @@ def discard(weights: Path) -> None:
     _remove_torn(weights)
 
 
-def newer_than_last(weights: Path, last_epoch: Optional[int]) -> Optional[Path]:
-    """``weights/midepoch.pt`` when it continues past ``last.pt`` (completed epoch ``last_epoch``, 0-based)."""
-    path = weights / MIDEPOCH_NAME
+def newer_than_last(path: Path, last_epoch: Optional[int]) -> Optional[Path]:
+    """The mid-epoch checkpoint ``path`` when it continues past ``last.pt`` (completed epoch ``last_epoch``, 0-based)."""
     if not path.exists():
         return None
     from ultralytics.utils.patches import torch_load

@@ -43,7 +43,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
-NETWORK_LOG = "network.log"
 FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
 INTEGRATIONS = ("clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")
 

@@ -5,7 +5,7 @@ Environment (set by ``python -m trainbox run``): ``TRAIN_RUN_DIR`` (unless
 ``TRAIN_STARTUP_TIMEOUT`` (seconds the setup phase may stay silent; default:
 the profile's ``startup_timeout``), ``TRAIN_PROFILES_DIR``, ``TRAIN_FAULT``.
 
-Layout: Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
+Layout (named in ``trainbox.rundir.RunDir``): Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
 ``name=train``, ``exist_ok``); its config directory (settings, fonts) is
 ``RUN_DIR/ultralytics``; blocked network attempts go to
 ``RUN_DIR/network.log``.
@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from trainbox import errors, heartbeat, profiles
 from trainbox.errors import UserError
+from trainbox.rundir import RunDir
 from trainbox.yolo import checkpoint, offline
 from trainbox.yolo.args import PROFILE_KEYS, validate_overrides
 from trainbox.yolo.settings import from_profile
@@ -62,9 +63,10 @@ def _startup_timeout(profile: profiles.Profile) -> float:
 
 def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: Path, startup_timeout: float) -> str:
     """Run (or resume, or finish) the training in ``run_dir``; return a one-line outcome."""
-    network_log = run_dir / offline.NETWORK_LOG
+    run = RunDir(run_dir)
+    network_log = run.network_log
     offline.install_network_guard(network_log)
-    offline.prepare_environment(run_dir / "ultralytics")
+    offline.prepare_environment(run.ultralytics)
 
     from ultralytics import YOLO
 
@@ -72,8 +74,8 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
 
     offline.disable_settings_sync()
     settings = from_profile(profile, overrides, startup_timeout, network_log)
-    weights = run_dir / "train" / "weights"
-    last = weights / "last.pt"
+    last = run.last_checkpoint
+    weights = last.parent
     state, ckpt = checkpoint.resume_state(last)
     # First beat only now: an unusable checkpoint ends the attempt before it, as a configuration error.
     heartbeat.beat("setup", timeout=settings.startup_timeout, force=True)
@@ -81,19 +83,21 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
         return f"run complete: {last} is a finished checkpoint; nothing to train"
     if state is checkpoint.Resume.TRAINED:
         stripped = checkpoint.strip_atomic(last)
-        if (weights / "best.pt").exists():
-            checkpoint.strip_atomic(weights / "best.pt", updates={"train_results": stripped.get("train_results")})
+        if run.best_checkpoint.exists():
+            checkpoint.strip_atomic(run.best_checkpoint, updates={"train_results": stripped.get("train_results")})
         return f"run complete: every epoch was trained; finalised {last}"
 
     from trainbox.yolo import midepoch
 
     last_epoch = ckpt["epoch"] if state is checkpoint.Resume.RESUME else None
-    resume_from = midepoch.newer_than_last(weights, last_epoch) or (last if state is checkpoint.Resume.RESUME else None)
+    resume_from = midepoch.newer_than_last(run.midepoch_checkpoint, last_epoch) or (
+        last if state is checkpoint.Resume.RESUME else None
+    )
     args = {key: value for key, value in overrides.items() if key not in PROFILE_KEYS}
     model = args.pop("model", DEFAULT_MODEL)
     args.update(
-        project=str(run_dir),
-        name="train",
+        project=str(run.train.parent),
+        name=run.train.name,
         exist_ok=True,
         workers=settings.workers,
         val=settings.val,

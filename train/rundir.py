@@ -1,0 +1,129 @@
+"""The run directory: every path a run reads or writes, named once.
+
+``RunDir(root)`` names the run's files (``run.events``, ``run.state``,
+``run.last_checkpoint`` ...) and numbered ones (``run.incident(attempt)``,
+``run.attempt_log(n)``, ``run.stack_dump(pid)``, each with its folder as
+``.directory``); ``IncidentDir`` names the
+files of one stall report. Each name is declared once, as an ``Entry`` with the
+path as the README writes it (``<attempt>``, ``<n>`` and ``<pid>`` stand for
+numbers) and one line saying what it holds. ``RunDir.entries()`` lists them;
+``tests/test_rundir.py`` checks the README's run-directory table against that
+list both ways, so the table and the code cannot drift apart.
+
+Standard library only: the supervisor, the training child, its DataLoader
+workers and the host-side ``invoke status`` all import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, List, Tuple, Type, overload
+
+#: What a numbered entry's placeholder may be: ``<attempt>``, ``<n>`` or ``<pid>``.
+PLACEHOLDERS = ("<attempt>", "<n>", "<pid>")
+
+
+class Documented:
+    """A path of a layout as the README writes it, and what it holds."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+
+    @property
+    def name(self) -> str:
+        """The last part of the path (``midepoch.pt``), for code that only has its folder."""
+        return PurePosixPath(self.path).name
+
+
+class Entry(Documented):
+    """A fixed path of a layout: on an instance it is ``root / path``."""
+
+    @overload
+    def __get__(self, layout: None, owner: Type[Any]) -> Entry: ...
+
+    @overload
+    def __get__(self, layout: _Layout, owner: Type[Any]) -> Path: ...
+
+    def __get__(self, layout: Any, owner: Type[Any]) -> Any:
+        return self if layout is None else layout.root / self.path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Numbering:
+    """The paths of one numbered entry under ``root``: ``numbering(3)``, and the folder holding them."""
+
+    root: Path
+    pattern: str
+
+    def __call__(self, number: int) -> Path:
+        placeholder = next(p for p in PLACEHOLDERS if p in self.pattern)
+        return self.root / self.pattern.replace(placeholder, str(int(number))).rstrip("/")
+
+    @property
+    def directory(self) -> Path:
+        return self.root / self.pattern.rstrip("/").rsplit("/", 1)[0]
+
+
+class Numbered(Documented):
+    """A path with one number in it (``logs/attempt-<n>.log``): on an instance, a ``Numbering``."""
+
+    @overload
+    def __get__(self, layout: None, owner: Type[Any]) -> Numbered: ...
+
+    @overload
+    def __get__(self, layout: _Layout, owner: Type[Any]) -> Numbering: ...
+
+    def __get__(self, layout: Any, owner: Type[Any]) -> Any:
+        return self if layout is None else Numbering(layout.root, self.path)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    root: Path
+
+    @classmethod
+    def entries(cls) -> List[Tuple[str, str]]:
+        """(path as documented, what it holds) for every entry, in declaration order."""
+        return [(e.path, e.what) for e in vars(cls).values() if isinstance(e, Documented)]
+
+
+@dataclass(frozen=True)
+class IncidentDir(_Layout):
+    """``incidents/<attempt>/``: what a stalled run looked like (see :mod:`trainbox.incident`)."""
+
+    summary = Entry("summary.json", "which budget ran out, how long the child was silent, how stacks were obtained")
+    processes_json = Entry("processes.json", "the process tree with states, CPU times, threads")
+    processes_txt = Entry("processes.txt", "the same tree, for reading")
+    stack = Numbered("stacks/<pid>.txt", "all threads' Python stacks of one process of the tree")
+    heartbeat = Entry("heartbeat.json", "the last beat before the stall")
+    output_tail = Entry("output-tail.txt", "the end of the child's output")
+    kernel = Entry("kernel.txt", "amdgpu/kfd/GPU kernel messages")
+    gpu = Entry("gpu.txt", "rocm-smi or nvidia-smi, and recent GPU reset messages")
+
+
+@dataclass(frozen=True)
+class RunDir(_Layout):
+    """One run's directory (default ``runs/trainbox``, or ``$TRAIN_RUN_DIR``)."""
+
+    events = Entry("events.jsonl", "the run's history, one JSON object per line")
+    state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
+    heartbeat = Entry("heartbeat.json", "the child's last beat")
+    stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
+    incident_dir = Numbered("incidents/<attempt>/", "the report written for a stall, before anything was killed")
+    attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
+    train = Entry("train/", "Ultralytics' run directory (its `project`/`name`)")
+    train_args = Entry("train/args.yaml", "the arguments Ultralytics trained with")
+    results = Entry("train/results.csv", "Ultralytics' per-epoch metrics")
+    last_checkpoint = Entry(
+        "train/weights/last.pt", "Ultralytics' epoch-end checkpoint, written atomically; every restart resumes from it"
+    )
+    best_checkpoint = Entry("train/weights/best.pt", "Ultralytics' best-fitness checkpoint")
+    midepoch_checkpoint = Entry("train/weights/midepoch.pt", "the mid-epoch checkpoint, while an epoch is under way")
+    ultralytics = Entry("ultralytics/", "Ultralytics' own config directory (settings, a local font)")
+    network_log = Entry("network.log", "any network connection the training tried, refused (absent = none)")
+
+    def incident(self, attempt: int) -> IncidentDir:
+        """The stall report of ``attempt``."""
+        return IncidentDir(self.incident_dir(attempt))
