@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Dict, List
 
 import pytest
 
-from trainbox.container import dotenv
+from trainbox.container import dotenv, envfiles
 
 from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID
 
@@ -34,6 +35,13 @@ HERE = Path(__file__).resolve().parent / "native"
 SOURCE = ("pyproject.toml", "README.md", "train", "env")
 #: Build arguments of native/Dockerfile, all from env/stack.env (overrides applied).
 PINNED_ARGS = ("NATIVE_PYTHON", "CUDA_TORCH_VERSION", "CUDA_TORCHVISION_VERSION", "EXTRA_CA_CERTS_B64")
+
+
+def test_dockerfile_takes_exactly_the_pins_passed() -> None:
+    """No ARG left without a value (none has a default) and none passed in vain; every pin is in env/stack.env."""
+    declared = set(re.findall(r"^ARG (\w+)", (HERE / "Dockerfile").read_text(), re.M))
+    assert declared == {"NATIVE_BASE_IMAGE", *PINNED_ARGS}
+    assert {"NATIVE_DEBIAN_SUITE", *PINNED_ARGS} - {"EXTRA_CA_CERTS_B64"} <= set(envfiles.stack())
 
 
 def build_context(into: Path) -> Path:
