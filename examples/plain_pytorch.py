@@ -140,8 +140,9 @@ def train(args: argparse.Namespace) -> int:
     scaler = grad_scaler(dtype == torch.float16)
     start_epoch = 0
     if args.checkpoint.exists():
-        # Onto this run's device, whichever device wrote it; only tensors and numbers, so weights_only holds.
-        state = torch.load(args.checkpoint, map_location=device, weights_only=True)
+        # Onto this run's device, whichever device wrote it. weights_only stays torch's default (True from
+        # torch 2.6; the file holds only tensors and numbers): torch 1.13's weights-only loader cannot read a float.
+        state = torch.load(args.checkpoint, map_location=device)
         net.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if scaler.is_enabled() and state.get("scaler"):
