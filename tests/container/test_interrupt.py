@@ -12,60 +12,19 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import pytest
 
+from tests.invoked import Invoked, last_line
 from trainbox import interrupt
 
-from .conftest import FAST_SUPERVISOR, LOCAL_CAS, ROOT, container_of
+from .conftest import FAST_SUPERVISOR, LOCAL_CAS, container_of
 
 SIGINT_EXIT = 128 + signal.SIGINT
 SIGTERM_EXIT = 128 + signal.SIGTERM
-
-
-class Invoked:
-    """`invoke ARGS` in the background, its output collected line by line while it runs."""
-
-    def __init__(self, args: List[str], env: Dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "invoke", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-        )
-        self.lines: List[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_until(self, ready: Callable[[], bool], what: str, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            assert self.process.poll() is None, f"invoke ended before {what}:\n{self.output[-3000:]}"
-            assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n{self.output[-3000:]}"
-            time.sleep(0.2)
-
-    def finish(self, timeout: float = 180) -> int:
-        code = self.process.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        return code
 
 
 def heartbeat_of(run_dir: Path) -> Dict[str, object]:
@@ -80,10 +39,6 @@ def state_of(run_dir: Path) -> Optional[str]:
         return json.loads((run_dir / "state.json").read_text())["state"]
     except (OSError, ValueError, KeyError):
         return None
-
-
-def last_line(output: str) -> str:
-    return output.strip().splitlines()[-1]
 
 
 #: moment -> (extra `invoke train` arguments, "the moment has come" given the run directory)
