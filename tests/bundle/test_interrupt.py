@@ -23,6 +23,7 @@ from tests.bundle.conftest import TEST_TAG, build_environment
 from tests.bundle.engine2 import SecondEngine
 from tests.bundle.test_bundle import has_image, remove_from
 from tests.invoked import Invoked, last_line
+from trainbox.atomic import atomic_writer, remove_stale_temps
 
 #: Bytes a stream must have moved before the signal: well inside the save/verify/load of the 4 GB image.
 UNDER_WAY = 64 << 20
@@ -164,3 +165,13 @@ def test_stopped_restore_loads_and_writes_nothing(
     assert not target.exists() or list(target.iterdir()) == []
     time.sleep(1)  # the engine has seen the client hang up
     assert not has_image(engine2, TEST_TAG)
+
+
+def test_a_temp_file_being_written_is_not_stale(tmp_path: Path) -> None:
+    """The writer's flock is what tells a live temp file from a killed writer's (no Docker needed)."""
+    out = tmp_path / "b.tar"
+    with atomic_writer(out, "wb") as handle:
+        handle.write(b"half")
+        (live,) = temp_files(tmp_path, out.name)
+        assert remove_stale_temps(out) == [] and live.exists()
+    assert out.read_bytes() == b"half" and temp_files(tmp_path, out.name) == []
