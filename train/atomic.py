@@ -67,7 +67,9 @@ def remove_stale_temps(path: PathLike) -> List[Path]:
     target = Path(path)
     # mkstemp's random part: 8 characters of [a-z0-9_].
     pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp")
-    removed = []
+    removed: List[Path] = []
+    if not target.parent.is_dir():
+        return removed  # nothing written there yet (atomic_writer creates the directory)
     for candidate in sorted(found for found in target.parent.iterdir() if pattern.fullmatch(found.name)):
         try:
             fd = os.open(candidate, os.O_RDONLY)

@@ -175,3 +175,4 @@ def test_a_temp_file_being_written_is_not_stale(tmp_path: Path) -> None:
         (live,) = temp_files(tmp_path, out.name)
         assert remove_stale_temps(out) == [] and live.exists()
     assert out.read_bytes() == b"half" and temp_files(tmp_path, out.name) == []
+    assert remove_stale_temps(tmp_path / "not-yet" / "b.tar") == []  # restore's first file in a new directory
