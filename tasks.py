@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import datetime
 import functools
+import inspect
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from invoke import Exit, task
+from invoke.main import program
 
 from trainbox import errors, interrupt
 from trainbox.container import build as build_image
@@ -40,6 +42,10 @@ from trainbox.doctor import cli as doctor_cli
 
 ROOT = Path(__file__).resolve().parent
 FLAVOR_HELP = "rocm, cuda or cpu (default: rocm when /dev/kfd exists, cuda when /dev/nvidiactl does, else cpu)"
+HELP_FLAGS = ("-h", "--help")
+#: Task parameters that name a file or directory, in every task that has them: a value starting
+#: with '-' is a mistyped option (or invoke's parser handing one over), never a path.
+PATH_PARAMETERS = frozenset({"out", "bundle", "file", "into", "data", "run_dir", "ca_cert"})
 
 
 def one_line_errors(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,11 +72,34 @@ def _one_line_errors_only(function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _check_arguments(function, inspect.signature(function).bind(*args, **kwargs).arguments)
             return function(*args, **kwargs)
         except errors.TrainboxError as exc:
             raise Exit(errors.line(exc), code=exc.code) from None
 
     return wrapper
+
+
+def _check_arguments(function: Callable[..., Any], arguments: Dict[str, Any]) -> None:
+    """Answer ``--help``/``-h`` given where a positional argument goes; refuse a path that starts with '-'.
+
+    invoke's parser fills a task's missing positional arguments before it looks for its own
+    flags (pyinvoke/invoke#982, open in 3.0.3): ``invoke bundle --help`` calls the task with
+    ``out="--help"``. A task whose positionals are all given (``invoke bundle b.tar --help``)
+    and a task without any get invoke's own help; this puts the other case on the same path.
+    """
+    parameters = inspect.signature(function).parameters.values()
+    positional = [parameter.name for parameter in parameters if parameter.default is parameter.empty][1:]  # after the context
+    if any(arguments.get(name) in HELP_FLAGS for name in positional):
+        program.print_task_help(function.__name__)
+        raise Exit(code=0)
+    for name, value in arguments.items():
+        for path in value if isinstance(value, list) else [value]:
+            if name in PATH_PARAMETERS and isinstance(path, str) and path.startswith("-"):
+                spelled = name.upper() if name in positional else f"--{name.replace('_', '-')}"
+                raise errors.UserError(
+                    f"{spelled} {path!r} looks like an option, not a path: for a file of that name, write ./{path}"
+                )
 
 
 def _flavor(flavor: Optional[str]) -> str:
@@ -249,7 +278,7 @@ def bundle(c, out, flavor=None):
 @one_line_errors
 def restore(c, bundle, into=None, sha256=None):
     """Verify a bundle, docker load it, confirm the image ID, write .env for this host; print the next command."""
-    bundles.report(bundles.restore(Path(bundle), Path(into) if into else ROOT, expected_digest=sha256))
+    bundles.report(bundles.restore(Path(bundle), Path(into) if into else ROOT, expected_digest=sha256, checkout=ROOT))
 
 
 @task(

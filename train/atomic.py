@@ -1,12 +1,21 @@
-"""Crash-safe file writes: temp file in the same directory, fsync, rename."""
+"""Crash-safe file writes: temp file in the same directory, fsync, rename.
+
+The temp file is ``.<name>.<random>.tmp`` beside the target and its writer
+holds an exclusive ``flock`` on it until the rename. A kill -9 leaves the temp
+file behind but always releases the lock (the kernel drops it with the
+process), so :func:`remove_stale_temps` can tell a dead writer's leftover (a
+4 GB half bundle) from a temp file another process is writing right now.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import re
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator, Optional, Union
+from typing import IO, Iterator, List, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -49,6 +58,7 @@ def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True, permissi
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the fd closes: marks the temp file as alive
         if permissions is None:
             permissions = target.stat().st_mode & 0o7777 if target.exists() else NEW_FILE_MODE & ~current_umask()
         os.fchmod(fd, permissions)
@@ -57,13 +67,41 @@ def atomic_writer(path: PathLike, mode: str = "wb", fsync: bool = True, permissi
             handle.flush()
             if fsync:
                 os.fsync(handle.fileno())
-        os.replace(tmp, target)
+            os.replace(tmp, target)  # still locked: remove_stale_temps cannot take it mid-rename
         if fsync:
             fsync_path(target.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def remove_stale_temps(path: PathLike) -> List[Path]:
+    """Delete the temp files that dead :func:`atomic_writer` calls for ``path`` left behind; return them.
+
+    A temp file whose lock can be taken has no live writer; one that is locked is left alone.
+    """
+    target = Path(path)
+    # mkstemp's random part: 8 characters of [a-z0-9_].
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp")
+    removed: List[Path] = []
+    if not target.parent.is_dir():
+        return removed  # nothing written there yet (atomic_writer creates the directory)
+    for candidate in sorted(found for found in target.parent.iterdir() if pattern.fullmatch(found.name)):
+        try:
+            fd = os.open(candidate, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its writer is alive
+        else:
+            candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def write_text_atomic(path: PathLike, text: str, fsync: bool = True, permissions: Optional[int] = None) -> None:

@@ -56,27 +56,46 @@ def _raise(signum: int, _frame: Any) -> None:
 def stop_requests(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> Iterator[None]:
     """Within the block, each of ``signals`` raises :class:`StopRequested`; the previous handlers come back after.
 
+    A block left by a :class:`StopRequested` leaves the signals ignored instead: the stop decided the
+    outcome, and the caller only reports it and exits.
+
     Outside the main thread (where Python cannot install handlers) the block runs unchanged.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {sig: signal.signal(sig, _raise) for sig in signals}
+    stopped = False
     try:
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def on_stop(what: str) -> Iterator[None]:
-    """Name what a :class:`StopRequested` raised in the block stopped, unless an inner block already did."""
-    try:
-        yield
-    except StopRequested as stop:
-        stop.what = stop.what or what
+    except StopRequested:
+        stopped = True
         raise
+    finally:
+        # After a stop the process only reports it and exits: another Ctrl-C could then only break
+        # that (invoke turns a KeyboardInterrupt into exit 1, a default SIGTERM skips the rest).
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if stopped else handler)
+
+
+class _Naming:
+    """The context manager of :func:`on_stop`: a class whose ``__exit__`` returns None, so type
+    checkers know it never swallows an exception (a ``contextlib.contextmanager`` might)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Optional[type], stop: Optional[BaseException], traceback: Any) -> None:
+        if isinstance(stop, StopRequested):
+            stop.what = stop.what or self.what
+
+
+def on_stop(what: str) -> _Naming:
+    """Name what a :class:`StopRequested` raised in the block stopped, unless an inner block already did."""
+    return _Naming(what)
 
 
 def message(stop: StopRequested, command: str) -> str:

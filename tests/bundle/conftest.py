@@ -62,17 +62,23 @@ def engine1() -> docker.APIClient:
 
 
 @pytest.fixture(scope="session")
-def engine2() -> Iterator[docker.APIClient]:
+def second_engine() -> Iterator[SecondEngine]:
+    """The second engine itself (its ``url`` is the DOCKER_HOST of an ``invoke`` run against it)."""
     second = SecondEngine()
     try:
-        client = second.start()
+        second.start()
     except RuntimeError as exc:
         unavailable(str(exc))
         raise
     try:
-        yield client
+        yield second
     finally:
         second.stop()
+
+
+@pytest.fixture(scope="session")
+def engine2(second_engine: SecondEngine) -> docker.APIClient:
+    return second_engine.client()
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from docker.errors import ImageNotFound
 
 from tests.bundle.conftest import MEASURED, ROOT, TEST_TAG
+from tests.bundle.engine2 import SecondEngine
 from trainbox.container import bundle, fingerprint, locks
 from trainbox.errors import UserError
 
@@ -136,12 +138,17 @@ def test_restore_refuses_to_overwrite_different_files(bundle_path: Path, engine2
 
 
 def test_restore_on_second_engine_gives_same_image_and_fingerprint(
-    bundle_path: Path, engine1: docker.APIClient, engine2: docker.APIClient, cpu_image: str, tmp_path: Path
+    bundle_path: Path,
+    engine1: docker.APIClient,
+    engine2: docker.APIClient,
+    second_engine: SecondEngine,
+    cpu_image: str,
+    tmp_path: Path,
 ) -> None:
     remove_from(engine2, TEST_TAG)
     target = tmp_path / "machine2"
     started = time.monotonic()
-    restored = bundle.restore(bundle_path, target, engine2, progress=sys.stderr)
+    restored = bundle.restore(bundle_path, target, engine2, progress=sys.stderr, checkout=ROOT)
     MEASURED["restore_s"] = time.monotonic() - started
     assert restored.image_id == cpu_image == engine2.inspect_image(TEST_TAG)["Id"]
     assert restored.tags == [TEST_TAG] and restored.flavor == "cpu"
@@ -166,11 +173,21 @@ def test_restore_on_second_engine_gives_same_image_and_fingerprint(
 
     out = io.StringIO()
     bundle.report(restored, out)
+    verify_line = f"cd {target} && invoke -r {ROOT} verify fingerprint.json   # differences from the machine that made the bundle"
     assert out.getvalue().splitlines()[-3:] == [
         f"next: docker tag {TEST_TAG} trainbox:cpu",
         f"next: cd {target} && docker compose up",
-        f"next: cd {target} && invoke verify fingerprint.json   (differences from the machine that made the bundle)",
+        f"next: {verify_line}",
     ]
+    # The printed line, run as printed by a shell (in a directory that is neither the checkout nor DIR), with
+    # `invoke` on PATH as `pip install -e .[host]` puts it there: this interpreter's invoke.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "invoke").write_text(f'#!/bin/sh\nexec {sys.executable} -m invoke "$@"\n')
+    (bin_dir / "invoke").chmod(0o755)
+    shell_env = {**os.environ, "DOCKER_HOST": second_engine.url, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    ran = subprocess.run(["sh", "-c", verify_line], cwd=tmp_path, env=shell_env, capture_output=True, text=True, timeout=300)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", ""), ran.stdout + ran.stderr
 
 
 def test_verify_names_each_difference(engine1: docker.APIClient, cpu_image: str, tmp_path: Path) -> None:

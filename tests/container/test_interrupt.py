@@ -12,60 +12,22 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import pytest
 
+from tests.invoked import Invoked, last_line
 from trainbox import interrupt
+from trainbox.container import launch
 
-from .conftest import FAST_SUPERVISOR, LOCAL_CAS, ROOT, container_of
+from .conftest import FAST_SUPERVISOR, LOCAL_CAS, container_of
 
 SIGINT_EXIT = 128 + signal.SIGINT
 SIGTERM_EXIT = 128 + signal.SIGTERM
-
-
-class Invoked:
-    """`invoke ARGS` in the background, its output collected line by line while it runs."""
-
-    def __init__(self, args: List[str], env: Dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "invoke", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-        )
-        self.lines: List[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_until(self, ready: Callable[[], bool], what: str, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            assert self.process.poll() is None, f"invoke ended before {what}:\n{self.output[-3000:]}"
-            assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n{self.output[-3000:]}"
-            time.sleep(0.2)
-
-    def finish(self, timeout: float = 180) -> int:
-        code = self.process.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        return code
+#: From the signal to the process's exit: the issue's 2 s, with room for a machine shared with other builds.
+STOP_WITHIN_S = 5.0
 
 
 def heartbeat_of(run_dir: Path) -> Dict[str, object]:
@@ -80,10 +42,6 @@ def state_of(run_dir: Path) -> Optional[str]:
         return json.loads((run_dir / "state.json").read_text())["state"]
     except (OSError, ValueError, KeyError):
         return None
-
-
-def last_line(output: str) -> str:
-    return output.strip().splitlines()[-1]
 
 
 #: moment -> (extra `invoke train` arguments, "the moment has come" given the run directory)
@@ -235,3 +193,105 @@ def test_stop_requested_names_the_signal() -> None:
         SIGTERM_EXIT,
         "invoke build: stopped the build of trainbox:cpu (SIGTERM)",
     )
+
+
+def uncached_ca_env(session_env: Dict[str, str], tmp_path: Path, extra_pem: str) -> Dict[str, str]:
+    """The session's CAs plus ``extra_pem``: a CA set no build has seen, so the CA's RUN cannot come from the cache."""
+    cas = tmp_path / "cas"
+    cas.mkdir()
+    for found in LOCAL_CAS.glob("*.crt"):
+        shutil.copy(found, cas / found.name)
+    (cas / "zz-one-more.crt").write_text(extra_pem)
+    return {**session_env, "TRAINBOX_CA_CERTS": str(cas), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def public_root(index: int) -> str:
+    """The index-th certificate of the system's bundle: a real CA that signs nothing this build fetches."""
+    system_bundle = Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+    return system_bundle.split("-----END CERTIFICATE-----")[index].strip() + "\n-----END CERTIFICATE-----\n"
+
+
+@pytest.mark.parametrize(
+    "signum, sigint_ignored",
+    [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
+    ids=["ctrl-c", "ctrl-c-sigint-ignored", "sigterm"],
+)
+def test_stopped_build_tags_nothing(
+    docker_api, cpu_image, session_env, tmp_path: Path, signum: int, sigint_ignored: bool
+) -> None:
+    """`invoke build` stopped inside its first RUN: exit 128+N within 2 s, trainbox:cpu unchanged, no build container left."""
+    env = {**uncached_ca_env(session_env, tmp_path, public_root(len(os.listdir(tmp_path)))), "TMPDIR": str(tmp_path)}
+    invoked = Invoked(["build", "--flavor", "cpu"], env, sigint_ignored=sigint_ignored)
+    running_in = re.compile(r"Step \d+/\d+ : RUN .*?\n ---> Running in ([0-9a-f]+)", re.S)
+    invoked.wait_until(lambda: running_in.search(invoked.output) is not None, "the build's first RUN")
+    run_container = running_in.search(invoked.output).group(1)
+    time.sleep(1)  # inside the RUN
+    sent = time.monotonic()
+    invoked.interrupt(signum)
+    code = invoked.finish(timeout=30)
+    took = time.monotonic() - sent
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert code == 128 + signum and took < STOP_WITHIN_S, (took, invoked.output[-3000:])
+    assert last_line(invoked.output) == f"invoke build: stopped the build of trainbox:cpu (no image was tagged) ({name})"
+    assert "Successfully" not in invoked.output  # built/tagged (trainbox:cpu itself is shared: others may rebuild it)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cas"], "the build context's temp file is left"
+    deadline = time.monotonic() + 30  # the engine cancels the build once its client has hung up
+    while docker_api.containers(filters={"id": run_container}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not docker_api.containers(filters={"id": run_container}), "the build's RUN container is still running"
+
+
+def test_build_without_the_proxy_ca_names_the_fix(docker_api, cpu_image, session_env, tmp_path: Path) -> None:
+    """Here PyPI is reached through a TLS-intercepting proxy: a build given only an unrelated CA fails in pip, for real."""
+    cas = tmp_path / "cas"
+    cas.mkdir()
+    (cas / "unrelated.crt").write_text(public_root(0))
+    env = {**session_env, "TRAINBOX_CA_CERTS": str(cas), "PYTHONDONTWRITEBYTECODE": "1"}
+    invoked = Invoked(["build", "--flavor", "cpu"], env)
+    code = invoked.finish(timeout=900)
+    output = invoked.output
+    assert "pip install" in output and "CERTIFICATE_VERIFY_FAILED" in output, output[-3000:]  # it reached the network
+    assert code == 2, output[-3000:]
+    line = last_line(output)
+    assert line.startswith("trainbox: error: build of trainbox:cpu failed: The command '/bin/bash -euo pipefail -c pip install"), line
+    assert line.endswith(
+        "; the build could not verify a TLS certificate (a proxy that re-signs TLS?):"
+        " give that proxy's CA with --ca-cert PATH or TRAINBOX_CA_CERTS=PATH"
+    ), line
+    assert "Successfully" not in output
+
+
+@pytest.fixture
+def chatty_container(docker_api, cpu_image, run_name: str) -> str:
+    """A container labelled as run ``run_name`` that prints a line every 0.2 s (removed by run_name's cleanup)."""
+    container = docker_api.create_container(
+        cpu_image["tag"],
+        entrypoint=["sh", "-c"],
+        command=["while :; do echo tick; sleep 0.2; done"],
+        labels={launch.RUN_LABEL: run_name},
+        network_disabled=True,
+        host_config=docker_api.create_host_config(network_mode="none"),
+    )
+    docker_api.start(container)
+    return container["Id"]
+
+
+@pytest.mark.parametrize(
+    "signum, sigint_ignored",
+    [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
+    ids=["ctrl-c", "ctrl-c-sigint-ignored", "sigterm"],
+)
+def test_stopped_logs_follow_leaves_the_container_running(
+    docker_api, chatty_container: str, run_name: str, session_env, signum: int, sigint_ignored: bool
+) -> None:
+    follower = Invoked(["logs", "--run", run_name, "--follow"], session_env, sigint_ignored=sigint_ignored)
+    follower.wait_until(lambda: len(follower.lines) > 3, "log lines", timeout=60)
+    sent = time.monotonic()
+    follower.interrupt(signum)
+    code = follower.finish(timeout=30)
+    took = time.monotonic() - sent
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert code == 128 + signum and took < STOP_WITHIN_S, (took, follower.output[-2000:])
+    assert last_line(follower.output).startswith("invoke logs: stopped following the logs of ")
+    assert last_line(follower.output).endswith(f" (the container runs on) ({name})")
+    assert docker_api.inspect_container(chatty_container)["State"]["Running"]

@@ -11,6 +11,11 @@ Restoring checks the manifest and every member's size and sha256 *before*
 anything is loaded; a tampered or truncated bundle is refused with one line.
 ``docker load`` drops registry digests, so the loaded image is confirmed by
 its image ID (the digest of its config), which survives save and load.
+
+A stop signal (``trainbox.interrupt``) ends either command within moments:
+the half-written bundle's temp file is removed on the way out, and one left
+by a killed run is removed by the next bundle to the same path. An
+interrupted restore has written nothing; the engine drops a half-sent load.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hashlib
 import json
 import os
 import posixpath
+import shlex
 import sys
 import tarfile
 import time
@@ -30,9 +36,10 @@ from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, TextIO
 import docker
 from docker.errors import APIError, ImageNotFound
 
-from trainbox.atomic import atomic_writer
+from trainbox.atomic import atomic_writer, remove_stale_temps
 from trainbox.container import compose, dotenv, engine, envfiles, fingerprint, flavors, locks
 from trainbox.errors import UserError
+from trainbox.interrupt import on_stop
 
 FORMAT = "trainbox-bundle/1"
 MANIFEST = "manifest.json"
@@ -160,9 +167,11 @@ def bundle(
     out = Path(out)
     if not out.parent.is_dir():
         raise UserError(f"directory {out.parent} does not exist")
+    for stale in remove_stale_temps(out):
+        progress.write(f"removed {stale}, left by an earlier bundle that was killed\n")
     progress.write(f"fingerprinting {ref}\n")
     recorded = fingerprint.collect(ref, client)
-    with atomic_writer(out, "wb") as handle:
+    with on_stop(f"writing {out} (its temporary file is removed)"), atomic_writer(out, "wb") as handle:
         writer = _TarWriter(handle)
         parts = [writer.add_bytes(name, (root / name).read_bytes()) for name in file_parts(root)]
         parts.append(writer.add_bytes(FINGERPRINT_PART, fingerprint.dumps(recorded).encode()))
@@ -353,14 +362,16 @@ def _dotenv_values(flavor: str, target: Path) -> Dict[str, str]:
     return values
 
 
-def _next_commands(restored_tags: List[str], flavor: str, values: Dict[str, str], target: Path) -> List[str]:
-    cd = "" if target.resolve() == Path.cwd().resolve() else f"cd {target} && "
+def _next_commands(restored_tags: List[str], flavor: str, values: Dict[str, str], target: Path, checkout: Path) -> List[str]:
+    """Shell lines that work as printed, from where restore ran; ``invoke -r`` names the checkout's tasks.py."""
+    cd = "" if target.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(str(target))} && "
+    tasks = "" if target.resolve() == checkout.resolve() else f" -r {shlex.quote(str(checkout))}"
     commands = []
     expected = compose.service(flavor, dotenv.variables(values), target).image
     if expected not in restored_tags:
-        commands.append(f"docker tag {restored_tags[0]} {expected}")
+        commands.append(f"docker tag {shlex.quote(restored_tags[0])} {shlex.quote(expected)}")
     commands.append(f"{cd}docker compose up")
-    commands.append(f"{cd}invoke verify {FINGERPRINT_PART}   (differences from the machine that made the bundle)")
+    commands.append(f"{cd}invoke{tasks} verify {FINGERPRINT_PART}   # differences from the machine that made the bundle")
     return commands
 
 
@@ -370,8 +381,12 @@ def restore(
     client: Optional[docker.APIClient] = None,
     progress: Optional[TextIO] = None,
     expected_digest: Optional[str] = None,
+    checkout: Optional[Path] = None,
 ) -> Restored:
-    """Verify bundle ``path``, load its image, confirm the image ID, write its files and this host's .env into ``target``."""
+    """Verify bundle ``path``, load its image, confirm the image ID, write its files and this host's .env into ``target``.
+
+    ``checkout`` is the directory of the tasks.py that runs the printed ``invoke verify`` (default: ``target``).
+    """
     progress = progress or sys.stderr
     target = Path(target)
     with Bundle(path) as opened:
@@ -387,20 +402,24 @@ def restore(
                 f"{target / conflicts[0]} differs from the bundle's copy ({len(conflicts)} file(s)):"
                 " restore into an empty directory (--into DIR)"
             )
-        opened.verify(progress)
+        with on_stop(f"checking {path} (nothing was loaded or written)"):
+            opened.verify(progress)
         client = client or engine.api()
-        loaded = _load(client, opened, progress)
+        with on_stop(f"loading the image of {path} (the engine drops a half-sent load; nothing was written)"):
+            loaded = _load(client, opened, progress)
         for tag in tags:
             found = client.inspect_image(tag)["Id"]
             if found != image_id:
                 raise UserError(f"after docker load, {tag} is image {found}, not the bundle's {image_id} (loaded: {loaded})")
         for part in opened.parts:
             if part["name"] != IMAGE_PART:
+                remove_stale_temps(target / part["name"])
                 with atomic_writer(target / part["name"], "wb") as handle:
                     handle.write(opened.read_part(part["name"]))
     values = _dotenv_values(flavor, target)
     dotenv_path = dotenv.write(target, values)
-    return Restored(image_id, tags, flavor, target, dotenv_path, _next_commands(tags, flavor, values, target))
+    next_commands = _next_commands(tags, flavor, values, target, target if checkout is None else checkout)
+    return Restored(image_id, tags, flavor, target, dotenv_path, next_commands)
 
 
 def report(restored: Restored, out: Optional[TextIO] = None) -> None:
