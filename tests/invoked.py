@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +63,13 @@ class Invoked:
         code = self.process.wait(timeout=timeout)
         self._reader.join(timeout=10)
         return code
+
+    def stop(self, signum: int, timeout: float = 30) -> Tuple[int, float]:
+        """Signal the process group and wait: (exit status, seconds from the signal to the exit)."""
+        sent = time.monotonic()
+        self.interrupt(signum)
+        code = self.finish(timeout=timeout)
+        return code, time.monotonic() - sent
 
 
 def last_line(output: str) -> str:

@@ -100,7 +100,7 @@ class IncidentDir(_Layout):
     heartbeat = Entry("heartbeat.json", "the last beat before the stall")
     output_tail = Entry("output-tail.txt", "the end of the child's output")
     kernel = Entry("kernel.txt", "amdgpu/kfd/GPU kernel messages")
-    gpu = Entry("gpu.txt", "rocm-smi or nvidia-smi, and recent GPU reset messages")
+    gpu = Entry("gpu.txt", "rocm-smi or nvidia-smi output, when installed")
 
 
 @dataclass(frozen=True)

@@ -125,27 +125,6 @@ def test_second_ctrl_c_kills_the_container_at_once(docker_api, cpu_image, runs_d
     assert not inspected["State"]["Running"] and inspected["State"]["ExitCode"] == 137
 
 
-def test_ctrl_c_to_logs_follow_stops_following_only(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
-    env = {**session_env, "TRAINBOX_RUNS_HOST": str(runs_dir)}
-    run_dir = runs_dir / run_name
-    trainer = Invoked(["train", "--flavor", "cpu", "--name", run_name, "--set", "epochs=50"], env)
-    try:
-        trainer.wait_until(lambda: bool(heartbeat_of(run_dir).get("step")), "the first batch")
-        follower = Invoked(["logs", "--run", run_name, "--follow"], env)
-        follower.wait_until(lambda: len(follower.lines) > 0, "the first log line", timeout=60)
-        follower.process.send_signal(signal.SIGINT)
-        code = follower.finish(timeout=30)
-        assert code == SIGINT_EXIT, follower.output[-2000:]
-        assert last_line(follower.output) == (
-            f"invoke logs: stopped following the logs of trainbox-{run_name} (the container runs on) (Ctrl-C)"
-        )
-        assert container_of(docker_api, run_name)["State"]["Running"]
-    finally:
-        trainer.process.send_signal(signal.SIGINT)
-        trainer.finish()
-    assert state_of(run_dir) == "stopped"
-
-
 @pytest.fixture
 def image_missing(docker_api, cpu_image) -> Callable[[], bool]:
     """Untag trainbox:cpu for the test (its layers stay, under a spare tag) and tag it back afterwards."""
@@ -226,10 +205,7 @@ def test_stopped_build_tags_nothing(
     invoked.wait_until(lambda: running_in.search(invoked.output) is not None, "the build's first RUN")
     run_container = running_in.search(invoked.output).group(1)
     time.sleep(1)  # inside the RUN
-    sent = time.monotonic()
-    invoked.interrupt(signum)
-    code = invoked.finish(timeout=30)
-    took = time.monotonic() - sent
+    code, took = invoked.stop(signum)
     name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     assert code == 128 + signum and took < STOP_WITHIN_S, (took, invoked.output[-3000:])
     assert last_line(invoked.output) == f"invoke build: stopped the build of trainbox:cpu (no image was tagged) ({name})"
@@ -253,7 +229,9 @@ def test_build_without_the_proxy_ca_names_the_fix(docker_api, cpu_image, session
     assert "pip install" in output and "CERTIFICATE_VERIFY_FAILED" in output, output[-3000:]  # it reached the network
     assert code == 2, output[-3000:]
     line = last_line(output)
-    assert line.startswith("trainbox: error: build of trainbox:cpu failed: The command '/bin/bash -euo pipefail -c pip install"), line
+    assert line.startswith(
+        "trainbox: error: build of trainbox:cpu failed: The command '/bin/bash -euo pipefail -c pip install"
+    ), line
     assert line.endswith(
         "; the build could not verify a TLS certificate (a proxy that re-signs TLS?):"
         " give that proxy's CA with --ca-cert PATH or TRAINBOX_CA_CERTS=PATH"
@@ -286,10 +264,7 @@ def test_stopped_logs_follow_leaves_the_container_running(
 ) -> None:
     follower = Invoked(["logs", "--run", run_name, "--follow"], session_env, sigint_ignored=sigint_ignored)
     follower.wait_until(lambda: len(follower.lines) > 3, "log lines", timeout=60)
-    sent = time.monotonic()
-    follower.interrupt(signum)
-    code = follower.finish(timeout=30)
-    took = time.monotonic() - sent
+    code, took = follower.stop(signum)
     name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     assert code == 128 + signum and took < STOP_WITHIN_S, (took, follower.output[-2000:])
     assert last_line(follower.output).startswith("invoke logs: stopped following the logs of ")

@@ -79,5 +79,8 @@ def test_a_path_that_starts_with_a_dash_is_refused(args: List[str], spelled: str
     refused = invoke(args)
     name = spelled.split("'")[1]
     assert (refused.returncode, refused.stdout) == (2, ""), refused.stdout + refused.stderr
-    assert refused.stderr == f"trainbox: error: {spelled} looks like an option, not a path: for a file of that name, write ./{name}\n"
+    assert (
+        refused.stderr
+        == f"trainbox: error: {spelled} looks like an option, not a path: for a file of that name, write ./{name}\n"
+    )
     assert checkout_entries() == before
