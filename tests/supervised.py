@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,8 +37,12 @@ class Finished:
     def of(self, kind: str) -> List[Dict[str, Any]]:
         return [e for e in self.events if e["event"] == kind]
 
-    def stacks(self, attempt: int) -> str:
-        directory = self.run_dir / "incidents" / str(attempt) / "stacks"
+    def incident(self, stall: int = 0) -> Path:
+        """The report of the ``stall``-th stall, as its event names it."""
+        return Path(self.of("stall")[stall]["incident"])
+
+    def stacks(self, stall: int = 0) -> str:
+        directory = self.incident(stall) / "stacks"
         return "\n".join(p.read_text() for p in sorted(directory.glob("*.txt")))
 
 
@@ -45,9 +53,9 @@ def cli_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return full_env
 
 
-def start_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+def start_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None, stderr: Any = None) -> subprocess.Popen:
     """Start ``python -m trainbox ARGS`` in the background (the test signals or waits for it)."""
-    return subprocess.Popen([sys.executable, "-m", "trainbox", *args], env=cli_env(env), cwd=REPO)
+    return subprocess.Popen([sys.executable, "-m", "trainbox", *args], env=cli_env(env), cwd=REPO, stderr=stderr)
 
 
 def train_cli(
@@ -86,3 +94,89 @@ def survivors(run_dir: Path) -> List[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def wait_for(condition: Any, timeout: float = 30, what: str = "the condition") -> None:
+    """Poll ``condition()`` until it is true; fail the test naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def read_events(run_dir: Path) -> List[Dict[str, Any]]:
+    path = run_dir / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+#: Where cgroup v1's freezer is mounted on most hosts (the test mounts its own where it is not).
+FREEZER_ROOT = Path("/sys/fs/cgroup/freezer")
+
+
+@contextlib.contextmanager
+def freezer_cgroup(tmp_path: Path) -> Iterator[Path]:
+    """A cgroup v1 freezer group (root only): a process in it that is FROZEN sits in D state and survives SIGKILL.
+
+    That is the one real way to get a process that SIGKILL cannot end without a
+    hung driver: the kernel's freezer holds it in ``__refrigerator`` (state D)
+    until the group is thawed, exactly like a process stuck in amdgpu/kfd. On
+    exit the group is thawed, its processes are killed and it is removed. Fails
+    the test (never skips) where the freezer cannot be had.
+    """
+    root, mounted = FREEZER_ROOT, False
+    if not (root / "cgroup.procs").exists():
+        root = tmp_path / "freezer"
+        root.mkdir()
+        done = subprocess.run(["mount", "-t", "cgroup", "-o", "freezer", "freezer", str(root)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"this test needs root and cgroup v1's freezer: mount failed: {done.stderr.strip()}")
+        mounted = True
+    group = root / f"trainbox-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        group.mkdir()
+    except OSError as exc:
+        pytest.fail(f"this test needs root and cgroup v1's freezer: cannot create {group}: {exc}")
+    try:
+        yield group
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        for pid in map(int, (group / "cgroup.procs").read_text().split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 10, "the thawed processes to die")
+        group.rmdir()
+        if mounted:
+            subprocess.run(["umount", str(root)], check=True)
+
+
+def freeze(group: Path, pid: int) -> None:
+    """Move ``pid`` into the freezer ``group`` and freeze it (it enters D state)."""
+    (group / "cgroup.procs").write_text(str(pid))
+    (group / "freezer.state").write_text("FROZEN")
+    wait_for(lambda: (group / "freezer.state").read_text().strip() == "FROZEN", 10, "the group to freeze")
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str = "1m") -> Iterator[Path]:
+    """A real tmpfs of ``size`` mounted at ``where`` (root only; fails the test, never skips, if it cannot mount)."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"this test needs root to mount a small tmpfs: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file into ``disk`` until it is full (ENOSPC); return the file (delete it to free the space)."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return filler

@@ -115,9 +115,9 @@ def test_worker_hang_before_the_first_batch_is_caught_and_the_script_resumes(tmp
     assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
     stall = result.of("stall")[0]
     assert stall["budget"] == "startup", "the first batch never came"
-    rows = json.loads((tmp_path / "incidents/0/processes.json").read_text())
+    rows = json.loads((result.incident() / "processes.json").read_text())
     assert len(rows) >= 3, "the script and its two spawn-started workers"
-    stacks = result.stacks(0)
+    stacks = result.stacks()
     assert "hang_sleep" in stacks and "__getitem__" in stacks
     assert result.of("exit")[0]["beats"] > 0
     assert (tmp_path / "plain.pt").stat().st_size > 0

@@ -45,9 +45,11 @@ def test_paths_and_numbered_paths_resolve_under_the_root(tmp_path: Path) -> None
     assert run.attempt_log(3) == tmp_path / "logs" / "attempt-3.log"
     assert run.attempt_log.directory == tmp_path / "logs"
     assert run.stack_dump(4242) == tmp_path / "stacks" / "4242.txt"
-    assert run.incident_dir(2) == tmp_path / "incidents" / "2" == run.incident(2).root
-    assert run.incident(2).stack(7) == tmp_path / "incidents" / "2" / "stacks" / "7.txt"
-    assert run.incident(2).gpu == tmp_path / "incidents" / "2" / "gpu.txt"
+    report = tmp_path / "incidents" / "20261123155507-2"
+    assert run.incident_dir(20261123155507, 2) == report == run.incident(20261123155507, 2).root
+    assert run.incident(20261123155507, 2).stack(7) == report / "stacks" / "7.txt"
+    assert run.incident(20261123155507, 2).gpu == report / "gpu.txt"
+    assert run.lock == tmp_path / "supervisor.lock"
     for path, _ in RunDir.entries() + IncidentDir.entries():
         assert not path.startswith("/") and ".." not in path, path
 
@@ -70,3 +72,11 @@ def test_no_module_spells_a_run_directory_file_name_itself() -> None:
         for match in spelled.finditer(source.read_text())
     ]
     assert not found, "run-directory paths spelled outside trainbox.rundir: " + ", ".join(found)
+
+
+def test_a_new_session_never_reuses_the_name_of_an_existing_report(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    started = 1795449307.9  # 2026-11-23 15:55:07 UTC
+    assert run.new_session(started) == 20261123155507
+    run.incident_dir(20261123155507, 0).mkdir(parents=True)
+    assert run.new_session(started) == 20261123155508, "a supervisor started in the same second gets the next one"

@@ -13,9 +13,10 @@ shell's status 128 + N (:meth:`ExitCode.for_signal`).
 
 from __future__ import annotations
 
+import errno
 import sys
 from enum import IntEnum
-from typing import Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 PREFIX = "trainbox: error: "
 
@@ -31,6 +32,10 @@ class ExitCode(IntEnum):
     USAGE = 2
     #: Two attempts in a row ended before their first beat: a configuration error, not a stall.
     MISCONFIGURED = 3
+    #: The disk holding the run directory is full: the run's history cannot be written. Free space, run again.
+    DISK_FULL = 4
+    #: A process of the run survived SIGKILL (stuck in the kernel, D state, as in a hung GPU driver): reboot.
+    STUCK = 5
 
     @staticmethod
     def for_signal(signum: int) -> int:
@@ -55,6 +60,34 @@ class TrainboxError(Exception):
 
 class UserError(TrainboxError):
     """A problem the user can fix: a bad argument, profile or dataset, no daemon, no image, no device."""
+
+
+#: The errnos that mean "no room left": the disk is full, or the user's quota is spent.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(TrainboxError):
+    """What must be kept (the run's history) cannot be written: the disk is full."""
+
+    code = ExitCode.DISK_FULL
+
+    @classmethod
+    def writing(cls, path: object, error: OSError) -> DiskFull:
+        return cls(
+            f"the disk is full: cannot write {path} ({error.strerror}); free space and run again "
+            "(training resumes from its last checkpoint)"
+        )
+
+
+class Stuck(TrainboxError):
+    """A process of the run survived SIGKILL: it is stuck in the kernel, and only a reboot frees it."""
+
+    code = ExitCode.STUCK
+
+    def __init__(self, message: str, processes: List[Dict[str, Any]]) -> None:
+        super().__init__(message)
+        #: What each process was doing (pid, state, wchan, name), for the ``give_up`` event.
+        self.processes = processes
 
 
 def line(error: TrainboxError) -> str:

@@ -21,9 +21,10 @@ EVENTS = ("start", "stall", "crash", "restart", "exit", "give_up")
 
 
 class EventLog:
+    """Appends to ``path``; its folder must exist (the supervisor's run-directory lock makes it)."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def emit(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
         if event not in EVENTS:

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 FAULT_ENV = "TRAIN_FAULT"
@@ -99,6 +100,20 @@ def crash() -> None:
     os._exit(3)
 
 
+def finish_during_incident() -> None:
+    """Stop beating, then exit 0 as soon as the supervisor starts writing its incident report.
+
+    The child that finishes while the report is being written (a slow last step
+    that ends just after its budget ran out): a success, not a stall.
+    """
+    from trainbox.rundir import RunDir
+
+    incidents = RunDir(Path(os.environ["TRAIN_RUN_DIR"])).incident_dir.directory
+    while not (incidents.is_dir() and any(incidents.iterdir())):
+        time.sleep(0.01)
+    os._exit(0)
+
+
 def sigkill_self() -> None:
     """Die at once, as the OOM killer or a power cut would."""
     os.kill(os.getpid(), signal.SIGKILL)
@@ -113,6 +128,7 @@ KINDS: Dict[str, Callable[[], None]] = {
     "setsid": hang_with_setsid_grandchild,
     "crash": crash,
     "sigkill": sigkill_self,
+    "finish-during-incident": finish_during_incident,
 }
 
 
@@ -179,7 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
 
     ``--phase-timeout`` declares a phase ``slow`` of that budget before step
-    ``--slow-step`` and then stays silent for ``--slow-seconds``.
+    ``--slow-step`` and then stays silent for ``--slow-seconds``. ``--chatter N``
+    prints N more bytes per step (a chatty trainer that fills its output pipe).
     """
     from trainbox import heartbeat
 
@@ -190,6 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--slow-seconds", type=float, default=0.0)
     parser.add_argument("--phase-timeout", type=float, default=None)
     parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
+    parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
     args = parser.parse_args(argv)
     time.sleep(args.silent_start)
     for step in range(args.steps):
@@ -198,6 +216,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             time.sleep(args.slow_seconds)
         heartbeat.beat("train", step=step, timeout=None, force=True)
         print(f"step {step}", flush=True)
+        if args.chatter:
+            print("." * args.chatter, flush=True)
         point("step", step=step)
         time.sleep(args.interval)
     return 0

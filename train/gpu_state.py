@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Set, Tuple
 
 #: Kernel messages worth keeping: the AMD driver and its compute interface, DRM, GPU resets and ring
 #: timeouts, hung tasks (a process stuck in the driver), NVIDIA's NVRM/Xid reports.
@@ -30,13 +30,16 @@ KERNEL_COMMANDS: Tuple[Tuple[str, ...], ...] = (
 )
 KERNEL_LINES = 100
 
+#: Tools given up on after a timeout and not waited for (see :func:`abandoned`).
+_abandoned: Set[int] = set()
+
 
 def _run(argv: Sequence[str], timeout: float) -> Tuple[bool, str]:
     """(True, stdout) or (False, one line saying why there is no output).
 
     On timeout the command's process group is killed and not waited for: a tool
     stuck in the driver (uninterruptible sleep) cannot be reaped and must not
-    hold up the report.
+    hold up the report. Its pid is remembered (:func:`abandoned`).
     """
     shown = " ".join(argv)
     if timeout <= 0:
@@ -52,11 +55,29 @@ def _run(argv: Sequence[str], timeout: float) -> Tuple[bool, str]:
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             os.killpg(process.pid, signal.SIGKILL)
+        _abandoned.add(process.pid)
         return False, f"{shown}: no answer within {timeout:.1f} s (the driver may be hung)"
     if process.returncode != 0:
         reason = (stderr.strip() or stdout.strip() or f"exit status {process.returncode}").splitlines()[-1]
         return False, f"{shown}: failed: {reason}"
     return True, stdout
+
+
+def abandoned() -> Set[int]:
+    """The tools this process gave up on that are not reaped yet (reaping those that have ended now).
+
+    A supervisor is a child subreaper and counts its other children as part of
+    the training tree (:mod:`trainbox.proctree`); a ``rocm-smi`` stuck in a hung
+    driver is its own diagnostic tool, not the next attempt's process.
+    """
+    for pid in list(_abandoned):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # reaped already (by subprocess's own clean-up of forgotten Popens)
+        if done == pid:
+            _abandoned.discard(pid)
+    return set(_abandoned)
 
 
 def gpu_kernel_lines(text: str, limit: int = KERNEL_LINES) -> List[str]:

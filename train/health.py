@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Tuple
+from typing import Any, Dict, Tuple
 
 import psutil
 
@@ -22,15 +22,24 @@ STATE_STALE_S = 30.0
 
 
 def check(run_dir: Path, now: float = 0.0) -> Tuple[bool, str]:
-    """(healthy, one line saying why)."""
+    """(healthy, one line saying why). A state.json that is not the supervisor's (hand-edited) is unhealthy."""
     now = now or time.time()
     path = RunDir(Path(run_dir)).state
     try:
         state = json.loads(path.read_text())
     except FileNotFoundError:
         return False, f"no supervisor state at {path} (not started yet?)"
-    except ValueError:
-        return False, f"unreadable supervisor state at {path}"
+    except (OSError, ValueError) as exc:
+        return False, f"unreadable supervisor state at {path} ({exc})"
+    if not isinstance(state, dict):
+        return False, f"unreadable supervisor state at {path} (not a JSON object)"
+    try:
+        return _judge(state, now)
+    except (TypeError, ValueError, AttributeError) as exc:
+        return False, f"unreadable supervisor state at {path} ({exc})"
+
+
+def _judge(state: Dict[str, Any], now: float) -> Tuple[bool, str]:
     phase = State(state.get("state", State.STOPPED.value))
     if phase is State.SUCCEEDED:
         return True, "training completed"
@@ -41,8 +50,11 @@ def check(run_dir: Path, now: float = 0.0) -> Tuple[bool, str]:
     age = now - float(state.get("updated_ts", 0))
     if age > STATE_STALE_S:
         return False, f"supervisor state not updated for {age:.0f} s"
+    if phase is State.BACKOFF:
+        wait = max(0.0, float(state.get("next_attempt_ts") or now) - now)
+        return True, f"backoff, attempt {state.get('attempt', 0)} starts in {wait:.0f} s"
     budget = state.get("budget") or {}
-    silent = float(state.get("silent_s", 0.0)) + age
+    silent = float(state.get("silent_s") or 0.0) + age
     limit = float(budget.get("seconds", 0) or 0)
     if limit and silent > limit:
         return False, f"silent {silent:.0f} s > {budget.get('name')} budget {limit:.0f} s"

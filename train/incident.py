@@ -1,6 +1,6 @@
 """Incident reports: what a stalled run looked like, captured before anything is killed.
 
-``RUN_DIR/incidents/<attempt>/`` holds:
+``RUN_DIR/incidents/<session>-<attempt>/`` (named by :class:`trainbox.rundir.RunDir`) holds:
 
 * ``summary.json``: which budget ran out, how long the child was silent, the
   last beat, and how each process's stack was obtained;
@@ -11,11 +11,15 @@
 * ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd/DRM messages, GPU resets
   and hung tasks, from :mod:`trainbox.gpu_state`), ``gpu.txt`` (rocm-smi or nvidia-smi, when present).
 
-The directory is assembled under a temporary name and renamed when complete.
+The directory is assembled under a temporary name and renamed when complete;
+an existing report is never replaced. When the report cannot be written (a
+full disk) the partial one is removed and the ``OSError`` raised: the
+supervisor records that and carries on killing and restarting.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import subprocess
@@ -150,8 +154,30 @@ def write_incident(
     directory = Path(directory)
     staging = IncidentDir(directory.with_name(f".{directory.name}.partial"))
     shutil.rmtree(staging.root, ignore_errors=True)
-    staging.stack.directory.mkdir(parents=True)
+    try:
+        summary = _assemble(staging, tree, reason, last_beat, output_tail, dumps, started)
+        # rename() replaces an empty directory silently: a report that exists is refused instead.
+        if directory.exists():
+            raise FileExistsError(errno.EEXIST, "an incident report of this name exists", str(directory))
+        staging.root.rename(directory)
+        fsync_path(directory.parent)
+    except BaseException:
+        shutil.rmtree(staging.root, ignore_errors=True)
+        raise
+    return summary
 
+
+def _assemble(
+    staging: IncidentDir,
+    tree: proctree.ProcessTree,
+    reason: Dict[str, Any],
+    last_beat: Optional[Dict[str, Any]],
+    output_tail: bytes,
+    dumps: Optional[Numbering],
+    started: float,
+) -> Dict[str, Any]:
+    """Write every file of the report into ``staging``; return the summary."""
+    staging.stack.directory.mkdir(parents=True)
     procs = tree.scan()
     rows = proctree.describe(procs)
     stacks = collect_stacks([row["pid"] for row in rows], dumps)
@@ -177,7 +203,4 @@ def write_incident(
         bytes=sum(f.stat().st_size for f in staging.root.rglob("*") if f.is_file()),
     )
     staging.summary.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
-    shutil.rmtree(directory, ignore_errors=True)
-    staging.root.rename(directory)
-    fsync_path(directory.parent)
     return summary

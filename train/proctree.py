@@ -9,6 +9,15 @@ keep all of them in reach:
 * :class:`ProcessTree` remembers every descendant it has seen (pid plus
   creation time, so a recycled pid is not mistaken for it) and keeps
   signalling those until they are gone.
+
+And two keep the tree from outliving the supervisor or hanging it:
+
+* :func:`die_with_parent` arms ``PR_SET_PDEATHSIG`` in the child before it
+  execs, so a supervisor killed with SIGKILL (the OOM killer, a dropped SSH
+  session's kill) takes its child along instead of leaving it training
+  unsupervised;
+* a process that outlives SIGKILL is stuck in the kernel (state D, as in a hung
+  GPU driver): :func:`stuck` describes it for the one line that asks for a reboot.
 """
 
 from __future__ import annotations
@@ -17,11 +26,16 @@ import ctypes
 import os
 import signal
 import time
-from typing import Any, Dict, Iterable, List, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import psutil
 
+from trainbox import gpu_state
+from trainbox.errors import Stuck
+
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 
 
 def become_subreaper() -> bool:
@@ -31,6 +45,29 @@ def become_subreaper() -> bool:
         return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` that has the child SIGKILLed when the process that forked it dies.
+
+    The kernel sends the death signal when the *thread* that forked the child
+    ends, so call ``Popen`` from the main thread (the supervisor does). The
+    function runs in the forked child before exec, where only async-signal-safe
+    work is sound: libc's ``prctl`` is looked up here, in the parent, and the
+    child only calls it. (subprocess warns that ``preexec_fn`` can deadlock when
+    other threads hold locks at fork time; the supervisor forks between attempts,
+    after the previous attempt's output thread has ended.) If the parent died
+    between fork and prctl, the child is already orphaned and kills itself.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return arm
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -76,11 +113,14 @@ class ProcessTree:
     def _adopted_orphans(self) -> Iterable[psutil.Process]:
         """Our children other than the root: descendants re-parented to us, the subreaper.
 
-        The supervisor starts nothing else that outlives a call (diagnostic
-        tools are waited for), so every other child of ours came from this tree.
+        The supervisor starts nothing else that outlives a call, except a
+        diagnostic tool it gave up on (a ``rocm-smi`` hung in the driver,
+        :func:`trainbox.gpu_state.abandoned`), which is not part of any tree;
+        every other child of ours came from this tree.
         """
+        own_tools = gpu_state.abandoned()
         try:
-            return [p for p in psutil.Process().children() if p.pid != self.root_pid]
+            return [p for p in psutil.Process().children() if p.pid != self.root_pid and p.pid not in own_tools]
         except psutil.Error:
             return []
 
@@ -164,6 +204,34 @@ def describe(procs: Iterable[psutil.Process]) -> List[Dict[str, Any]]:
         except (psutil.Error, OSError):
             continue
     return rows
+
+
+def _proc_text(pid: int, name: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text().strip()
+    except OSError:
+        return ""
+
+
+def stuck(pids: Iterable[int]) -> Stuck:
+    """The error for processes that survived SIGKILL: pid, state, ``wchan`` (where in the kernel) and name.
+
+    Its message is the one line the user reads; ``.processes`` goes into the ``give_up`` event.
+    """
+    processes = []
+    for pid in pids:
+        stat = _proc_text(pid, "stat")
+        # /proc/PID/stat is "pid (comm) state ...": the name may hold spaces and parentheses, the state follows the last ")".
+        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+        processes.append(
+            {"pid": pid, "state": state, "wchan": _proc_text(pid, "wchan") or "?", "name": _proc_text(pid, "comm") or "?"}
+        )
+    shown = ", ".join(f"pid {p['pid']} ({p['name']}, state {p['state']}, wchan {p['wchan']})" for p in processes)
+    if any(p["state"] == "D" for p in processes):
+        message = f"a process is stuck in the GPU driver (D state): reboot needed; {shown} survived SIGKILL"
+    else:
+        message = f"a process survived SIGKILL: reboot needed; {shown}"
+    return Stuck(message, processes)
 
 
 def caught_signals(pid: int) -> int:

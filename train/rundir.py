@@ -1,12 +1,18 @@
 """The run directory: every path a run reads or writes, named once.
 
 ``RunDir(root)`` names the run's files (``run.events``, ``run.state``,
-``run.last_checkpoint`` ...) and numbered ones (``run.incident(attempt)``,
+``run.last_checkpoint`` ...) and numbered ones (``run.incident(session, attempt)``,
 ``run.attempt_log(n)``, ``run.stack_dump(pid)``, each with its folder as
 ``.directory``); ``IncidentDir`` names the
 files of one stall report. Each name is declared once, as an ``Entry`` with the
-path as the README writes it (``<attempt>``, ``<n>`` and ``<pid>`` stand for
-numbers) and one line saying what it holds. ``RunDir.entries()`` lists them;
+path as the README writes it (``<session>``, ``<attempt>``, ``<n>`` and ``<pid>``
+stand for numbers) and one line saying what it holds.
+
+Incidents are never overwritten or deleted: attempts count from 0 again each
+time a run directory is supervised, so a report is named by the supervisor's
+*session* (its start, UTC, as the number ``YYYYMMDDhhmmss``; see
+:meth:`RunDir.new_session`) and the attempt: ``incidents/20261123155507-0/``.
+The names sort in the order the reports were written. ``RunDir.entries()`` lists them;
 ``tests/test_rundir.py`` checks the README's run-directory table against that
 list both ways, so the table and the code cannot drift apart.
 
@@ -16,12 +22,13 @@ workers and the host-side ``invoke status`` all import it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, List, Tuple, Type, overload
 
-#: What a numbered entry's placeholder may be: ``<attempt>``, ``<n>`` or ``<pid>``.
-PLACEHOLDERS = ("<attempt>", "<n>", "<pid>")
+#: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>`` or ``<pid>``.
+PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>")
 
 
 class Documented:
@@ -52,14 +59,22 @@ class Entry(Documented):
 
 @dataclass(frozen=True)
 class Numbering:
-    """The paths of one numbered entry under ``root``: ``numbering(3)``, and the folder holding them."""
+    """The paths of one numbered entry under ``root``: ``numbering(3)``, and the folder holding them.
+
+    A pattern with several placeholders takes one number for each, in the order they appear.
+    """
 
     root: Path
     pattern: str
 
-    def __call__(self, number: int) -> Path:
-        placeholder = next(p for p in PLACEHOLDERS if p in self.pattern)
-        return self.root / self.pattern.replace(placeholder, str(int(number))).rstrip("/")
+    def __call__(self, *numbers: int) -> Path:
+        placeholders = sorted((self.pattern.index(p), p) for p in PLACEHOLDERS if p in self.pattern)
+        if len(numbers) != len(placeholders):
+            raise TypeError(f"{self.pattern} takes {len(placeholders)} number(s), got {len(numbers)}")
+        path = self.pattern
+        for (_, placeholder), number in zip(placeholders, numbers):
+            path = path.replace(placeholder, str(int(number)))
+        return self.root / path.rstrip("/")
 
     @property
     def directory(self) -> Path:
@@ -91,7 +106,7 @@ class _Layout:
 
 @dataclass(frozen=True)
 class IncidentDir(_Layout):
-    """``incidents/<attempt>/``: what a stalled run looked like (see :mod:`trainbox.incident`)."""
+    """``incidents/<session>-<attempt>/``: what a stalled run looked like (see :mod:`trainbox.incident`)."""
 
     summary = Entry("summary.json", "which budget ran out, how long the child was silent, how stacks were obtained")
     processes_json = Entry("processes.json", "the process tree with states, CPU times, threads")
@@ -111,7 +126,12 @@ class RunDir(_Layout):
     state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
     heartbeat = Entry("heartbeat.json", "the child's last beat")
     stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
-    incident_dir = Numbered("incidents/<attempt>/", "the report written for a stall, before anything was killed")
+    incident_dir = Numbered(
+        "incidents/<session>-<attempt>/",
+        "the report written for a stall, before anything was killed; `<session>` is the supervisor's start "
+        "(UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
+    )
+    lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
     attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
     train = Entry("train/", "Ultralytics' run directory (its `project`/`name`)")
     train_args = Entry("train/args.yaml", "the arguments Ultralytics trained with")
@@ -124,6 +144,19 @@ class RunDir(_Layout):
     ultralytics = Entry("ultralytics/", "Ultralytics' own config directory (settings, a local font)")
     network_log = Entry("network.log", "any network connection the training tried, refused (absent = none)")
 
-    def incident(self, attempt: int) -> IncidentDir:
-        """The stall report of ``attempt``."""
-        return IncidentDir(self.incident_dir(attempt))
+    def incident(self, session: int, attempt: int) -> IncidentDir:
+        """The stall report of ``attempt`` of the supervisor session ``session`` (see :meth:`new_session`)."""
+        return IncidentDir(self.incident_dir(session, attempt))
+
+    def new_session(self, started: float) -> int:
+        """The session number of a supervisor started at ``started`` (unix seconds): UTC ``YYYYMMDDhhmmss``.
+
+        One second later while reports of that number exist: only one supervisor
+        runs at a time (:mod:`trainbox.runlock`), but two short ones may start
+        within the same second, and a report is never overwritten.
+        """
+        while True:
+            session = int(time.strftime("%Y%m%d%H%M%S", time.gmtime(started)))
+            if not any(self.incident_dir.directory.glob(f"{session}-*")):
+                return session
+            started += 1

@@ -5,11 +5,27 @@ that documents the machine, and a ``run()`` that always cleans up. What to do
 after an attempt ends is decided by :mod:`trainbox.restart` (a pure policy),
 the settings and their rules are :mod:`trainbox.supervisor_settings`, and
 every path of the run directory is named by :class:`trainbox.rundir.RunDir`.
+
+What the supervisor must survive, and how:
+
+* another supervisor on the same directory: :mod:`trainbox.runlock` refuses it;
+* its own death: the child dies with it (:func:`trainbox.proctree.die_with_parent`);
+* a reader that goes away (``| head``, a closed terminal) or a full disk under
+  the log: :class:`OutputTee` stops echoing or logging but never stops draining
+  the child's pipe, which would block the child and fake a stall;
+* a full disk: ``state.json``, the attempt logs and incident reports are
+  best-effort and killing and restarting go on without them; only the run's
+  history (``events.jsonl``) must be written, and when it cannot be the
+  supervisor ends the tree and exits ``ExitCode.DISK_FULL`` with one line;
+* a process that survives SIGKILL (D state in a hung driver): waiting for it
+  would hang forever, so the supervisor gives up with ``ExitCode.STUCK`` and
+  one line naming it and its kernel wait channel (a reboot is needed).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -22,18 +38,24 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
-from trainbox import heartbeat, incident, proctree
+from trainbox import errors, heartbeat, incident, proctree
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
-from trainbox.errors import ExitCode
+from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
 from trainbox.events import EventLog
 from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
 from trainbox.rundir import RunDir
+from trainbox.runlock import RunLock
 from trainbox.supervisor_settings import STALL_TIMEOUT, STARTUP_TIMEOUT, SupervisorSettings
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
 POLL_S = 0.5
+#: How long the killed child may take to be reaped once its whole tree is gone (normally microseconds;
+#: longer means the kernel holds it, and waiting on would hang the supervisor).
+REAP_S = 10.0
+#: The signals that stop the supervisor and its tree: Ctrl-C, ``kill``/``docker stop``, a closed terminal or SSH session.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class State(str, Enum):
@@ -47,7 +69,9 @@ class State(str, Enum):
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
 
     The arrows out of CRASHED and STALLED are :func:`trainbox.restart.decide`'s.
-    any --SIGTERM/SIGINT to the supervisor------> STOPPING --tree gone--> STOPPED
+    any --SIGTERM/SIGINT/SIGHUP to the supervisor--> STOPPING --tree gone--> STOPPED
+    any --the run's history cannot be written-----> DISK_FULL
+    any --a process survives SIGKILL--------------> STUCK
     """
 
     STARTING = "starting"
@@ -60,6 +84,8 @@ class State(str, Enum):
     MISCONFIGURED = "misconfigured"
     STOPPING = "stopping"
     STOPPED = "stopped"
+    DISK_FULL = "disk_full"
+    STUCK = "stuck"
 
 
 #: States in which ``python -m trainbox health`` reports healthy (while beats keep coming).
@@ -108,13 +134,23 @@ class SupervisorSpec:
 
 
 class OutputTee:
-    """Copies the child's output to our stdout and a log file, keeping the tail for reports."""
+    """Copies the child's output to our stdout and a log file, keeping the tail for reports.
+
+    Whatever fails, the child's pipe is drained to its end: a child that cannot
+    write its output blocks, stops beating and would be killed as stalled. A
+    stdout that is gone (``| head``, a closed terminal) ends the echo for good
+    (it is pointed at /dev/null, so the exit's flush cannot fail either); a log
+    write that fails (a full disk) loses that chunk and is tried again with the
+    next one; the tail is kept in memory either way.
+    """
 
     def __init__(self, stream: Any, log_path: Path, echo: bool) -> None:
         self._fd = stream.fileno()
         self._stream = stream
+        self._log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+        self._log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._log_failing = False
         self._echo = echo
         self._tail: Deque[bytes] = collections.deque()
         self._tail_size = 0
@@ -127,19 +163,40 @@ class OutputTee:
             try:
                 chunk = os.read(self._fd, 65536)
             except OSError:
-                return
+                return  # our end of the pipe was closed (close() after a timeout): nothing left to drain
             if not chunk:
                 return
-            self._log.write(chunk)
-            self._log.flush()
-            if self._echo:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.buffer.flush()
             with self._lock:
                 self._tail.append(chunk)
                 self._tail_size += len(chunk)
                 while self._tail_size - len(self._tail[0]) >= OUTPUT_TAIL_BYTES:
                     self._tail_size -= len(self._tail.popleft())
+            self._write_log(chunk)
+            if self._echo:
+                self._write_stdout(chunk)
+
+    def _write_log(self, chunk: bytes) -> None:
+        try:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(self._log, view) :]
+        except OSError as exc:
+            if not self._log_failing:
+                _say(f"cannot write {self._log_path} ({exc.strerror}): the child's output is not logged until it can be")
+            self._log_failing = True
+            return
+        self._log_failing = False
+
+    def _write_stdout(self, chunk: bytes) -> None:
+        try:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+        except (OSError, ValueError):  # EPIPE, EIO from a hung-up terminal; ValueError: stdout was closed
+            self._echo = False
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
 
     def tail(self) -> bytes:
         with self._lock:
@@ -152,7 +209,7 @@ class OutputTee:
     def close(self) -> None:
         self._thread.join(timeout=2.0)
         self._stream.close()
-        self._log.close()
+        os.close(self._log)
 
 
 @dataclass
@@ -168,8 +225,10 @@ class Running:
 
 
 def _say(message: str) -> None:
-    sys.stderr.write(f"trainbox: {message}\n")
-    sys.stderr.flush()
+    """One line on stderr; a stderr that is gone (a closed terminal) must not end supervision."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"trainbox: {message}\n")
+        sys.stderr.flush()
 
 
 class Supervisor:
@@ -178,30 +237,51 @@ class Supervisor:
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
         self.events = EventLog(self.run_dir.events)
+        #: Names this supervisor's incident reports apart from earlier ones in the same directory.
+        self.session = 0
+        #: The attempt under way (or the last one), for events written outside the loop.
+        self.attempt = 0
+        self._running: Optional[Running] = None
         self.state = State.STARTING
         self.counters = Counters()
         self._stop_signal: Optional[int] = None
-        self._tree: Optional[proctree.ProcessTree] = None
         #: What state.json says besides the state and the counters (attempt, budget, last beat, ...).
         self._status: Dict[str, Any] = {}
         self._status_written = 0.0
 
     # -- public ----------------------------------------------------------
     def run(self) -> int:
-        """Supervise until success, give-up or a stop signal; return the exit code."""
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        self.run_dir.root.mkdir(parents=True, exist_ok=True)
+        """Supervise until success, give-up or a stop signal; return the exit code.
+
+        Raises UserError, having written nothing, when another supervisor holds the run directory.
+        """
+        lock = RunLock(self.run_dir)
+        lock.acquire()
+        self.session = self.run_dir.new_session(time.time())
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         proctree.become_subreaper()
         code: int = ExitCode.GAVE_UP
         try:
             code = self._loop()
             return code
+        except Stuck as stuck:
+            code = self._stuck(stuck)
+            return code
+        except DiskFull as full:
+            code = full.code
+            self.state = State.DISK_FULL
+            with contextlib.suppress(OSError):
+                self.events.emit("exit", self.attempt, code=code, reason="disk full", **self.counters.published())
+            with contextlib.suppress(OSError, ValueError):
+                errors.report(full)
+            return code
         finally:
-            if self._tree is not None and self._tree.alive():
-                self._tree.terminate(self.settings.grace_s)
+            with contextlib.suppress(Stuck):
+                self._end_tree()
             self._publish(force=True, exit_code=code)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            lock.release()
 
     # -- the loop ----------------------------------------------------------
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -215,6 +295,8 @@ class Supervisor:
         history: List[str] = []
         while True:
             outcome = self._attempt(attempt, launch, policy)
+            if self._stop_signal is not None and not outcome.succeeded:
+                outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
             decision = decide(outcome, self.counters, self.settings)
             self.counters = decision.counters
             if decision.verdict is Verdict.STOPPED:
@@ -236,7 +318,7 @@ class Supervisor:
 
     def _back_off(self, attempt: int, after: Outcome, previous: Launch, launch: Launch, delay: float) -> bool:
         """Announce ``attempt`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
-        self.events.emit(
+        self._emit(
             "restart",
             attempt,
             after=after.kind.value,
@@ -248,7 +330,8 @@ class Supervisor:
             f"restarting (attempt {attempt}, after {after.kind.value}) in {delay:.1f} s"
             + (f" with profile {launch.profile}" if launch.profile else "")
         )
-        self._set_state(State.BACKOFF, attempt=attempt)
+        # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
+        self._set_state(State.BACKOFF, attempt=attempt, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
         return self._sleep(delay)
 
     def _policy(self, launch: Launch) -> BudgetPolicy:
@@ -261,11 +344,12 @@ class Supervisor:
         )
 
     def _sleep(self, seconds: float) -> bool:
-        """Sleep, waking early on a stop signal; True when stopped."""
+        """Sleep, waking early on a stop signal, keeping state.json fresh for `health`; True when stopped."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self._stop_signal is not None:
                 return True
+            self._publish()
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         return self._stop_signal is not None
 
@@ -284,8 +368,10 @@ class Supervisor:
         return env
 
     def _attempt(self, attempt: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
+        self.attempt = attempt
         self.run_dir.heartbeat.unlink(missing_ok=True)
         try:
+            # Popen from the main thread: the child's death signal is tied to the thread that forked it.
             proc = subprocess.Popen(
                 list(launch.argv),
                 env=self._child_env(attempt, launch),
@@ -293,52 +379,73 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=proctree.die_with_parent(),
             )
         except OSError as exc:
-            self.events.emit("start", attempt, profile=launch.profile, argv=list(launch.argv), pid=None)
+            self._emit("start", attempt, profile=launch.profile, argv=list(launch.argv), pid=None)
             _say(f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}")
-            self.events.emit("crash", attempt, code=127, beats=0, last_output=[str(exc)])
+            self._emit("crash", attempt, code=127, beats=0, last_output=[str(exc)])
             failed = Outcome(OutcomeKind.EXITED, code=127, detail={"last_output": [str(exc)]})
             self.counters = self.counters.counted(failed)
             return failed
         tee = OutputTee(proc.stdout, self.run_dir.attempt_log(attempt), self.spec.echo)
-        tree = proctree.ProcessTree(proc.pid)
-        self._tree = tree
+        run = Running(attempt, launch, policy, proc, proctree.ProcessTree(proc.pid), tee)
+        self._running = run
         launched_at = time.time()
-        self.events.emit(
-            "start",
-            attempt,
-            profile=launch.profile,
-            argv=list(launch.argv),
-            pid=proc.pid,
-            startup_timeout_s=launch.startup_timeout,
-            stall_timeout_s=launch.stall_timeout,
-        )
-        self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
         outcome = Outcome(OutcomeKind.EXITED)
         try:
-            outcome = self._watch(Running(attempt, launch, policy, proc, tree, tee))
-            return outcome
+            self._emit(
+                "start",
+                attempt,
+                profile=launch.profile,
+                argv=list(launch.argv),
+                pid=proc.pid,
+                startup_timeout_s=launch.startup_timeout,
+                stall_timeout_s=launch.stall_timeout,
+            )
+            self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
+            outcome = self._watch(run)
         finally:
-            if tree.alive():
-                tree.terminate(self.settings.grace_s)
-            proc.wait()
-            tee.close()
-            self._tree = None
-            if outcome.crashed:
-                outcome.detail["last_output"] = tee.tail_lines(20)
-                self.counters = self.counters.counted(outcome)
-                self.events.emit(
-                    "crash",
-                    attempt,
-                    code=outcome.code,
-                    beats=outcome.beats,
-                    first_beat_ts=outcome.first_beat_ts,
-                    first_step_ts=outcome.first_step_ts,
-                    last_beat=outcome.last_beat,
-                    last_output=tee.tail_lines(5),
-                )
-                _say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
+            try:
+                self._end_tree()
+            finally:
+                tee.close()
+                self._running = None
+        if outcome.crashed:
+            outcome.detail["last_output"] = tee.tail_lines(20)
+            self.counters = self.counters.counted(outcome)
+            self._emit(
+                "crash",
+                attempt,
+                code=outcome.code,
+                beats=outcome.beats,
+                first_beat_ts=outcome.first_beat_ts,
+                first_step_ts=outcome.first_step_ts,
+                last_beat=outcome.last_beat,
+                last_output=tee.tail_lines(5),
+            )
+            _say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
+        return outcome
+
+    def _end_tree(self) -> Dict[str, List[int]]:
+        """End the running attempt's whole tree and reap its root; what ``ProcessTree.terminate`` returns.
+
+        Raises Stuck when a process outlives SIGKILL or the root cannot be reaped
+        within ``REAP_S``: waiting on would hang the supervisor for good.
+        """
+        run = self._running
+        if run is None:
+            return {"terminated": [], "killed": [], "survivors": []}
+        result: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": []}
+        if run.tree.alive():
+            result = run.tree.terminate(self.settings.grace_s)
+        if result["survivors"]:
+            raise proctree.stuck(result["survivors"])
+        try:
+            run.proc.wait(timeout=REAP_S)
+        except subprocess.TimeoutExpired:
+            raise proctree.stuck([run.proc.pid]) from None
+        return result
 
     def _watch(self, run: Running) -> Outcome:
         outcome = Outcome(OutcomeKind.EXITED)
@@ -349,7 +456,7 @@ class Supervisor:
             if self._stop_signal is not None:
                 self._set_state(State.STOPPING)
                 _say(f"signal {self._stop_signal}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
-                tree.terminate(self.settings.grace_s)
+                self._end_tree()
                 outcome.kind = OutcomeKind.STOPPED
                 return outcome
             code = run.proc.poll()
@@ -398,27 +505,40 @@ class Supervisor:
             + "; writing incident report"
         )
         detected = time.monotonic()
-        where = self.run_dir.incident_dir(attempt)
-        summary = incident.write_incident(
-            where,
-            tree=run.tree,
-            reason={
-                "attempt": attempt,
-                "profile": launch.profile,
-                "budget": budget_name,
-                "budget_s": budget_s,
-                "silent_s": round(silent_s, 3),
-                "phase": phase,
-            },
-            last_beat=outcome.last_beat,
-            output_tail=run.tee.tail(),
-            dumps=self.run_dir.stack_dump,
-        )
+        where = self.run_dir.incident_dir(self.session, attempt)
+        written: Dict[str, Any] = {"incident": str(where)}
+        try:
+            summary = incident.write_incident(
+                where,
+                tree=run.tree,
+                reason={
+                    "attempt": attempt,
+                    "profile": launch.profile,
+                    "budget": budget_name,
+                    "budget_s": budget_s,
+                    "silent_s": round(silent_s, 3),
+                    "phase": phase,
+                },
+                last_beat=outcome.last_beat,
+                output_tail=run.tee.tail(),
+                dumps=self.run_dir.stack_dump,
+            )
+            written["incident_bytes"] = summary["bytes"]
+            _say(f"incident written to {where} ({summary['write_s']:.1f} s)")
+        except OSError as exc:  # a full disk: the report is lost, killing and restarting go on
+            _say(f"cannot write the incident report to {where}: {exc.strerror or exc}")
+            written = {"incident": None, "incident_bytes": 0, "incident_error": f"{exc.strerror or exc}: {exc.filename or where}"}
         diagnosed = time.monotonic()
-        result = run.tree.terminate(self.settings.grace_s)
-        run.proc.wait()
+        # The child may have ended by itself while the report was written: an exit 0 then is a success.
+        code_before_kill = run.proc.poll()
+        stuck: Optional[Stuck] = None
+        try:
+            result = self._end_tree()
+        except Stuck as error:  # recorded as the stall's survivors first, then the run ends on it
+            stuck = error
+            result = {"killed": [p["pid"] for p in error.processes], "survivors": [p["pid"] for p in error.processes]}
         killed = time.monotonic()
-        self.events.emit(
+        self._emit(
             "stall",
             attempt,
             budget=budget_name,
@@ -426,7 +546,6 @@ class Supervisor:
             silent_s=round(silent_s, 3),
             phase=phase,
             profile=launch.profile,
-            incident=str(where),
             incident_s=round(diagnosed - detected, 3),
             kill_s=round(killed - diagnosed, 3),
             killed_ts=round(time.time(), 3),
@@ -437,10 +556,17 @@ class Supervisor:
             first_beat_ts=outcome.first_beat_ts,
             first_step_ts=outcome.first_step_ts,
             last_beat=outcome.last_beat,
-            incident_bytes=summary["bytes"],
+            code_before_kill=code_before_kill,
+            **written,
         )
-        _say(f"incident written to {where} ({summary['write_s']:.1f} s); tree killed in {killed - diagnosed:.1f} s")
-        outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=str(where))
+        if stuck is not None:
+            self._running = None  # nothing more can be done to it: the attempt's clean-up must not try for another grace
+            raise stuck
+        _say(f"tree killed in {killed - diagnosed:.1f} s")
+        outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=written["incident"])
+        if code_before_kill == 0:
+            _say(f"attempt {attempt} completed (exit status 0) while its incident report was written")
+            outcome.kind, outcome.code = OutcomeKind.EXITED, 0
         return outcome
 
     # -- endings -----------------------------------------------------------
@@ -452,7 +578,7 @@ class Supervisor:
         timing = {}
         if outcome is not None:
             timing = {"beats": outcome.beats, "first_beat_ts": outcome.first_beat_ts, "first_step_ts": outcome.first_step_ts}
-        self.events.emit("exit", attempt, code=code, reason=reason, **timing, **self.counters.published())
+        self._emit("exit", attempt, code=code, reason=reason, **timing, **self.counters.published())
         if state is State.SUCCEEDED:
             counts = self.counters
             _say(f"completed after {attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))")
@@ -464,13 +590,25 @@ class Supervisor:
             d = outcome.detail
             phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
             budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
-            return f"stall{phase}{profile} ({budget}, report {d['incident']})"
+            return f"stall{phase}{profile} ({budget}, report {d['incident'] or 'not written'})"
         return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
+
+    def _stuck(self, stuck: Stuck) -> int:
+        """A process survived SIGKILL: nothing restarts while it holds the GPU; say so once and stop."""
+        self._running = None  # it cannot be ended: do not try again on the way out
+        self.state = State.STUCK
+        reason = "process stuck in the kernel"
+        with contextlib.suppress(OSError):
+            self.events.emit("give_up", self.attempt, reason=reason, stuck=stuck.processes, **self.counters.published())
+            self.events.emit("exit", self.attempt, code=stuck.code, reason=reason, **self.counters.published())
+        with contextlib.suppress(OSError, ValueError):
+            errors.report(stuck)
+        return stuck.code
 
     def _misconfigured(self, attempt: int, outcome: Outcome) -> int:
         self._set_state(State.MISCONFIGURED)
-        self.events.emit("give_up", attempt, reason="misconfigured", **self.counters.published())
-        self.events.emit("exit", attempt, code=ExitCode.MISCONFIGURED, reason="misconfigured", **self.counters.published())
+        self._emit("give_up", attempt, reason="misconfigured", **self.counters.published())
+        self._emit("exit", attempt, code=ExitCode.MISCONFIGURED, reason="misconfigured", **self.counters.published())
         lines = outcome.detail.get("last_output") or ["(no output)"]
         _say(
             "two attempts in a row ended before their first heartbeat: this is a configuration error, "
@@ -481,8 +619,8 @@ class Supervisor:
     def _give_up(self, attempt: int, history: List[str]) -> int:
         self._set_state(State.GAVE_UP)
         counts = self.counters
-        self.events.emit("give_up", attempt, reason="restart budget spent", **counts.published())
-        self.events.emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **counts.published())
+        self._emit("give_up", attempt, reason="restart budget spent", **counts.published())
+        self._emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **counts.published())
         _say(
             f"giving up after {attempt + 1} attempts and {counts.restarts} restart(s) "
             f"(--max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
@@ -490,6 +628,16 @@ class Supervisor:
             f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )
         return ExitCode.GAVE_UP
+
+    # -- what the run leaves behind -------------------------------------------
+    def _emit(self, event: str, attempt: int, **fields: Any) -> None:
+        """Append to the run's history, which must not be lost: a full disk ends the run (DiskFull)."""
+        try:
+            self.events.emit(event, attempt, **fields)
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise DiskFull.writing(self.run_dir.events, exc) from None
+            raise
 
     # -- status for `health` and `invoke status` -----------------------------
     def _set_state(self, state: State, **fields: Any) -> None:
@@ -501,8 +649,11 @@ class Supervisor:
         now = time.monotonic()
         if not force and now - self._status_written < 1.0:
             return
-        self._status_written = now
         record = dict(
             self._status, **self.counters.published(), state=self.state.value, supervisor_pid=os.getpid(), updated_ts=time.time()
         )
-        write_text_atomic(self.run_dir.state, json.dumps(record, sort_keys=True, default=str), fsync=False)
+        try:
+            write_text_atomic(self.run_dir.state, json.dumps(record, sort_keys=True, default=str), fsync=False)
+        except OSError:
+            return  # best-effort (a full disk): `health` reads an old state as stale, and the next publish tries again
+        self._status_written = now
