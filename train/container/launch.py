@@ -144,6 +144,12 @@ def host_config_kwargs(service: compose.Service) -> Dict[str, Any]:
         "group_add": service.group_add or None,
         "init": service.init,
         "device_requests": [_device_request(r) for r in service.device_requests] or None,
+        "cap_drop": service.cap_drop or None,
+        "security_opt": service.security_opt or None,
+        "read_only": service.read_only,
+        "tmpfs": service.tmpfs or None,
+        "pids_limit": service.pids_limit,
+        "mem_limit": service.mem_limit,
     }
 
 
@@ -189,8 +195,8 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
         data_arg = f"data={found.yaml_file}"
         service.command = ["train", "--profile", request.profile, *request.supervisor_args, *overrides, data_arg]
     service.environment.update(request.environment)
-    runs_host = next(b["source"] for b in service.binds if b["target"] == runtime["TRAINBOX_RUNS"])
-    run_dir = Path(runs_host) / run_name
+    # compose mounts only the run's own directory, runs/<name>, at the same place under TRAINBOX_RUNS.
+    run_dir = Path(next(b["source"] for b in service.binds if b["target"] == f"{runtime['TRAINBOX_RUNS']}/{run_name}"))
     labels = {
         RUN_LABEL: run_name,
         "io.trainbox.flavor": request.flavor,
@@ -342,7 +348,17 @@ def shell_command(run: Optional[str], flavor: str, root: Path) -> List[str]:
     ]
     gpus = ["--gpus", "all"] if service.device_requests else []
     network = ["--network", service.network_mode or "none"]
-    return ["docker", "run", "--rm", "-it", *network, *gpus, *user, *mounts, service.image, "bash"]
+    return ["docker", "run", "--rm", "-it", *network, *gpus, *user, *_hardening_flags(service), *mounts, service.image, "bash"]
+
+
+def _hardening_flags(service: compose.Service) -> List[str]:
+    """compose's cap_drop, security_opt, read_only, tmpfs, pids_limit and mem_limit as docker CLI flags."""
+    flags = [f"--cap-drop={cap}" for cap in service.cap_drop] + [f"--security-opt={opt}" for opt in service.security_opt]
+    flags += ["--read-only"] if service.read_only else []
+    flags += [f"--tmpfs={mount}" for mount in service.tmpfs]
+    flags += [f"--pids-limit={service.pids_limit}"] if service.pids_limit is not None else []
+    flags += [f"--memory={service.mem_limit}"] if service.mem_limit is not None else []
+    return flags
 
 
 def exec_shell(command: List[str]) -> None:
