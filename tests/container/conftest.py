@@ -137,7 +137,10 @@ def container_of(docker_api, run: str, timeout: float = 120) -> Dict[str, Any]:
 
 def settings_of(inspected: Dict[str, Any]) -> Dict[str, Any]:
     host, config = inspected["HostConfig"], inspected["Config"]
-    mounts = sorted((m["Destination"], m["Type"], m["RW"]) for m in inspected["Mounts"])
+    # Each container mounts its own run's directory, /runs/<run name>: compared without the name.
+    run = next(e.split("=", 1)[1] for e in config["Env"] if e.startswith("TRAINBOX_RUN_NAME="))
+    runs = envfiles.runtime_env("cpu")["TRAINBOX_RUNS"]
+    mounts = sorted((m["Destination"].replace(f"{runs}/{run}", f"{runs}/<run>"), m["Type"], m["RW"]) for m in inspected["Mounts"])
     return {
         **{key: host.get(key) for key in SAME_SETTINGS},
         "User": config["User"],

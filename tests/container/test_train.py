@@ -14,8 +14,9 @@ from typing import Any, Dict, List
 
 import pytest
 
+from trainbox import exit_record
 from trainbox.container import compose, dotenv, engine, envfiles, flavors, launch
-from trainbox.errors import UserError
+from trainbox.errors import ExitCode, UserError
 
 from .conftest import (
     FAST_SUPERVISOR,
@@ -117,6 +118,28 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
         text=True,
     )
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, code",
+    [
+        (["--set", "nosuchkey=1"], ExitCode.USAGE),  # refused before anything starts
+        (["--env", "TRAIN_FAULT=crash@train_batch", "--supervisor", f"--max-restarts 0 {FAST_SUPERVISOR}"], ExitCode.GAVE_UP),
+    ],
+    ids=["bad-input", "gave-up"],
+)
+def test_a_final_outcome_is_not_restarted_by_docker(
+    docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, extra: List[str], code: ExitCode
+) -> None:
+    """restart: on-failure:3 restarts on any non-zero exit: the container reports a final outcome as 0 (and Docker
+    leaves it stopped), and `invoke train` exits with the real status, recorded in the run directory."""
+    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
+    result = invoke(["train", "--profile", "safe", "--flavor", "cpu", "--name", run_name, *extra], env)
+    assert result.returncode == code, result.stdout[-3000:] + result.stderr
+    inspected = container_of(docker_api, run_name)
+    assert (inspected["RestartCount"], inspected["State"]["ExitCode"]) == (0, 0)
+    assert f"exit status {int(code)} is final: reported to Docker as 0" in result.stdout
+    assert exit_record.recorded(runs_dir / run_name, inspected["Config"]["Hostname"]) == code
 
 
 def test_compose_up_gives_the_same_result(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
 import docker
 from docker.types import DeviceRequest, Mount
 
+from trainbox import exit_record
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested, on_stop
@@ -230,6 +231,9 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
         _ensure_volume(client, volume["source"], service.project)
     host_config = client.create_host_config(**host_config_kwargs(service))
     name = f"{service.project}-{labels[RUN_LABEL]}"
+    user = (service.user or "0:0").split(":")
+    # The run's own directory is what the container mounts: it must exist, owned by the container's user.
+    dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
     try:
         container = client.create_container(host_config=host_config, name=name, **create_kwargs(service, labels))
     except docker.errors.APIError as exc:
@@ -237,8 +241,6 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
             raise UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})") from None
         raise
     try:
-        user = (service.user or "0:0").split(":")
-        dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
         client.start(container["Id"])
     except BaseException as exc:
         # Not started (a stop signal, a refused GPU...): leave no container behind to block the run's name.
@@ -267,10 +269,21 @@ def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextI
             out.write(chunk.decode(errors="replace"))
             out.flush()
         since = int(time.time())
-        state = client.inspect_container(container_id)["State"]
+        inspected = client.inspect_container(container_id)
+        state = inspected["State"]
         if not (state["Running"] or state["Restarting"]):
-            return int(state["ExitCode"])
+            return _real_exit(inspected)
         time.sleep(1)
+
+
+def _real_exit(inspected: Dict[str, Any]) -> int:
+    """The container's exit status, or the final one it reported to Docker as 0 (:mod:`trainbox.exit_record`)."""
+    code = int(inspected["State"]["ExitCode"])
+    run_dir = (inspected["Config"].get("Labels") or {}).get("io.trainbox.run-dir")
+    if code != 0 or run_dir is None:
+        return code
+    recorded = exit_record.recorded(Path(run_dir), inspected["Config"]["Hostname"])
+    return code if recorded is None else recorded
 
 
 def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Optional[TextIO] = None) -> int:
