@@ -109,7 +109,8 @@ def host_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_hostile_env_files_do_not_reach_dotenv(
     bundle_path: Path, engine2: docker.APIClient, tmp_path: Path, host_env: None
 ) -> None:
-    """Pins only: the bundle's UID/GID, host paths and devices are ignored; .env has this host's values."""
+    """Pins only: the bundle's UID/GID, host paths and devices are ignored; .env has this host's values. Its differing
+    compose.yaml is used only because --accept-compose says so."""
     remove_from(engine2, TEST_TAG)
     target = tmp_path / "machine2"
     victim = tmp_path / "victim"
@@ -117,9 +118,12 @@ def test_hostile_env_files_do_not_reach_dotenv(
     for key in ("TRAINBOX_RUNS_HOST", "TRAINBOX_DATA_HOST"):
         Path(hostile[key]).mkdir(parents=True)
     edits = {name: hostile_env_file(bundle_path, name, hostile) for name in ("env/stack.env", "env/runtime.env")}
+    edits[bundle.COMPOSE_PART] = hostile_compose(bundle_path)
     progress = io.StringIO()
     with rewritten(bundle_path, edits):
-        restored = bundle.restore(bundle_path, target, engine2, progress=progress, checkout=ROOT)
+        restored = bundle.restore(bundle_path, target, engine2, progress=progress, checkout=ROOT, accept_compose=True)
+    assert (target / bundle.COMPOSE_PART).read_bytes() == edits[bundle.COMPOSE_PART]
+    assert "note: using the bundle's compose.yaml (--accept-compose)" in progress.getvalue().splitlines()
     values = dict(line.split("=", 1) for line in restored.dotenv_path.read_text().splitlines() if "=" in line)
     host = dotenv.settings("cpu")
     for key in hostile:
