@@ -30,6 +30,8 @@ unverified, and takes nothing from it that reaches beyond its image:
   rewritten after the check), whatever the load brought is removed by image ID
   and the tags it took are given back to the images that had them.
 
+The image itself is whatever an unverified bundle holds; only ``--sha256`` vouches for it.
+
 A stop signal (``trainbox.interrupt``) ends either command within moments:
 the half-written bundle's temp file is removed on the way out, and one left
 by a killed run is removed by the next bundle to the same path. An
