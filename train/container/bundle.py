@@ -530,8 +530,8 @@ def restore(
                     " restore into an empty directory (--into DIR)"
                 )
             opened.verify_image(progress)
-        client = client or engine.api()
         with on_stop(f"loading the image of {path} (the engine drops a half-sent load; nothing was written)"):
+            client = client or engine.api()
             _load_accepted(client, opened, progress)
     for name, data in files.items():
         remove_stale_temps(target / name)
