@@ -12,7 +12,7 @@
     invoke fingerprint [--out FILE]   JSON fingerprint of the image and this host
     invoke verify FILE                name every difference from this machine (none: identical)
     invoke bundle OUT.tar [--flavor]  image, compose.yaml, env/ and the lock, with a manifest
-    invoke restore OUT.tar [--into DIR] [--sha256 DIGEST]
+    invoke restore OUT.tar [--into DIR] [--sha256 DIGEST] [--accept-compose]
 
 Ultralytics overrides are passed with a repeated ``--set KEY=VALUE`` (invoke
 has no positional varargs); container environment with ``--env KEY=VALUE``.
@@ -272,13 +272,17 @@ def bundle(c, out, flavor=None):
     help={
         "bundle": "a file written by `invoke bundle`",
         "into": "directory for compose.yaml, env/ and .env (default: this checkout)",
-        "sha256": "refuse the bundle unless its manifest has this sha256 (printed by `invoke bundle`)",
+        "sha256": "refuse the bundle unless its manifest has this sha256 (printed by `invoke bundle`);"
+        " without it the bundle is restored as unverified",
+        "accept_compose": "use the bundle's compose.yaml although it differs from this checkout's (the diff is printed)",
     }
 )
 @one_line_errors
-def restore(c, bundle, into=None, sha256=None):
+def restore(c, bundle, into=None, sha256=None, accept_compose=False):
     """Verify a bundle, docker load it, confirm the image ID, write .env for this host; print the next command."""
-    bundles.report(bundles.restore(Path(bundle), Path(into) if into else ROOT, expected_digest=sha256, checkout=ROOT))
+    target = Path(into) if into else ROOT
+    restored = bundles.restore(Path(bundle), target, expected_digest=sha256, checkout=ROOT, accept_compose=accept_compose)
+    bundles.report(restored)
 
 
 @task(

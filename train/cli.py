@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
-from trainbox import errors, profiles, supervisor_settings, warmup
+from trainbox import errors, exit_record, profiles, supervisor_settings, warmup
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
@@ -133,6 +133,13 @@ def _health(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     own, command = _split_command(sys.argv[1:] if argv is None else argv)
+    code = _main(own, command)
+    # In a container whose engine restarts on failure, a final outcome is reported as 0 (trainbox.exit_record).
+    run_dir = Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR))
+    return exit_record.for_engine(own[0] if own else None, code, run_dir)
+
+
+def _main(own: List[str], command: List[str]) -> int:
     try:
         args = build_parser().parse_args(own)
         if args.command == "supervise":

@@ -38,6 +38,14 @@ class ExitCode(IntEnum):
     STUCK = 5
 
     @staticmethod
+    def is_final(code: int) -> bool:
+        """Whether a command that *returned* ``code`` reached an outcome that running it again cannot change:
+        completed, restart budget spent, bad input, misconfigured. A crash of the command itself (an uncaught
+        exception exits 1 without returning; a kill is 128+N) is not final: a container engine may retry it
+        (:mod:`trainbox.exit_record`)."""
+        return code in (ExitCode.OK, ExitCode.GAVE_UP, ExitCode.USAGE, ExitCode.MISCONFIGURED)
+
+    @staticmethod
     def for_signal(signum: int) -> int:
         """The shell's status for a command ended by signal ``signum``: 130 for SIGINT, 143 for SIGTERM."""
         return 128 + int(signum)

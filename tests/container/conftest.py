@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from trainbox.container import build, dotenv, engine, launch
+from trainbox.container import build, compose, dotenv, engine, envfiles, launch
 from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,21 @@ def owner(path: Path) -> Tuple[int, int]:
 
 
 #: HostConfig/Config fields that `invoke train` and `docker compose up` must set identically.
-SAME_SETTINGS = ("NetworkMode", "ShmSize", "RestartPolicy", "GroupAdd", "Devices", "DeviceRequests", "Init")
+SAME_SETTINGS = (
+    "NetworkMode",
+    "ShmSize",
+    "RestartPolicy",
+    "GroupAdd",
+    "Devices",
+    "DeviceRequests",
+    "Init",
+    "CapDrop",
+    "SecurityOpt",
+    "ReadonlyRootfs",
+    "Tmpfs",
+    "PidsLimit",
+    "Memory",
+)
 INSPECTED: Dict[str, Dict[str, Any]] = {}
 
 
@@ -123,7 +137,10 @@ def container_of(docker_api, run: str, timeout: float = 120) -> Dict[str, Any]:
 
 def settings_of(inspected: Dict[str, Any]) -> Dict[str, Any]:
     host, config = inspected["HostConfig"], inspected["Config"]
-    mounts = sorted((m["Destination"], m["Type"], m["RW"]) for m in inspected["Mounts"])
+    # Each container mounts its own run's directory, /runs/<run name>: compared without the name.
+    run = next(e.split("=", 1)[1] for e in config["Env"] if e.startswith("TRAINBOX_RUN_NAME="))
+    runs = envfiles.runtime_env("cpu")["TRAINBOX_RUNS"]
+    mounts = sorted((m["Destination"].replace(f"{runs}/{run}", f"{runs}/<run>"), m["Type"], m["RW"]) for m in inspected["Mounts"])
     return {
         **{key: host.get(key) for key in SAME_SETTINGS},
         "User": config["User"],
@@ -132,6 +149,19 @@ def settings_of(inspected: Dict[str, Any]) -> Dict[str, Any]:
         "StopTimeout": config.get("StopTimeout"),
         "Image": config["Image"],
     }
+
+
+def assert_hardened(inspected: Dict[str, Any], run_name: str) -> None:
+    """The container runs with compose.yaml's hardening, and sees only its own run directory."""
+    host = inspected["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["Tmpfs"] == {"/tmp": ""}
+    assert host["PidsLimit"] == 4096
+    assert host["Memory"] == compose.parse_bytes(dotenv.memory_limit()) > 0
+    runs = envfiles.runtime_env("cpu")["TRAINBOX_RUNS"]
+    assert [m["Destination"] for m in inspected["Mounts"] if m["Destination"].startswith(runs)] == [f"{runs}/{run_name}"]
 
 
 def assert_checkpoint(run_dir: Path) -> None:

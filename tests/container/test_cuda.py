@@ -48,6 +48,7 @@ def created(docker_api, service: compose.Service, labels: Dict[str, str]) -> Dic
 
 def test_invoke_asks_for_the_gpus_as_compose_does(docker_api, cuda_image, runs_dir: Path, run_name: str, session_env) -> None:
     env = {**os.environ, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_RUN_NAME": run_name}
+    dotenv.ensure_owned_dir(runs_dir / run_name, TEST_UID, TEST_GID)  # compose mounts the run's own directory
     request = launch.TrainRequest(profile="safe", flavor="cuda", root=ROOT, run_name=run_name)
     service, labels = launch.prepare(request)
     ours = created(docker_api, service, labels)
@@ -86,16 +87,14 @@ def test_cuda_image_trains_with_torch_compile_on_the_cpu(
 ) -> None:
     """The fast-compile profile in the CUDA image, GPU request left out: spawn workers, compile, a cache on the volume."""
     runtime = envfiles.runtime_env("cuda")
-    service = compose.service("cuda", dotenv.variables(dotenv.settings("cuda")), ROOT)
+    variables = dotenv.variables(dotenv.settings("cuda"))
+    service = compose.service("cuda", {**variables, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_RUN_NAME": run_name}, ROOT)
+    dotenv.ensure_owned_dir(runs_dir / run_name, TEST_UID, TEST_GID)
     service.device_requests = []
     service.healthcheck = None
     service.restart = None
-    for bind in service.binds:
-        if bind["target"] == runtime["TRAINBOX_RUNS"]:
-            bind["source"] = str(runs_dir)
     service.binds = [b for b in service.binds if b["target"] != runtime["TRAINBOX_DATA"]]
     service.named_volumes = [{"source": cache_volume, "target": runtime["TORCHINDUCTOR_CACHE_DIR"]}]
-    service.environment["TRAINBOX_RUN_NAME"] = run_name
     service.command = ["demo", "--profile", "fast-compile", *FAST_SUPERVISOR.split(), "epochs=1", "workers=2"]
     host_config = docker_api.create_host_config(**launch.host_config_kwargs(service))
     labels = {launch.RUN_LABEL: run_name}

@@ -14,8 +14,9 @@ from typing import Any, Dict, List
 
 import pytest
 
+from trainbox import exit_record
 from trainbox.container import compose, dotenv, engine, envfiles, flavors, launch
-from trainbox.errors import UserError
+from trainbox.errors import ExitCode, UserError
 
 from .conftest import (
     FAST_SUPERVISOR,
@@ -24,6 +25,7 @@ from .conftest import (
     TEST_GID,
     TEST_UID,
     assert_checkpoint,
+    assert_hardened,
     container_of,
     events,
     invoke,
@@ -45,7 +47,9 @@ def test_invoke_train_demo_completes(docker_api, cpu_image, runs_dir: Path, run_
     assert_checkpoint(run_dir)
     first_step = next(e["first_step_ts"] for e in events(run_dir) if e["event"] == "exit")
     print(f"invoke train -> first batch: {first_step - started:.1f} s")
-    INSPECTED["invoke"] = settings_of(container_of(docker_api, run_name))
+    inspected = container_of(docker_api, run_name)
+    assert_hardened(inspected, run_name)
+    INSPECTED["invoke"] = settings_of(inspected)
 
 
 def test_hang_detected_and_resumed_with_read_only_data_and_health(
@@ -116,9 +120,32 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr
 
 
+@pytest.mark.parametrize(
+    "extra, code",
+    [
+        (["--set", "nosuchkey=1"], ExitCode.USAGE),  # refused before anything starts
+        (["--env", "TRAIN_FAULT=crash@train_batch", "--supervisor", f"--max-restarts 0 {FAST_SUPERVISOR}"], ExitCode.GAVE_UP),
+    ],
+    ids=["bad-input", "gave-up"],
+)
+def test_a_final_outcome_is_not_restarted_by_docker(
+    docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, extra: List[str], code: ExitCode
+) -> None:
+    """restart: on-failure:3 restarts on any non-zero exit: the container reports a final outcome as 0 (and Docker
+    leaves it stopped), and `invoke train` exits with the real status, recorded in the run directory."""
+    env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
+    result = invoke(["train", "--profile", "safe", "--flavor", "cpu", "--name", run_name, *extra], env)
+    assert result.returncode == code, result.stdout[-3000:] + result.stderr
+    inspected = container_of(docker_api, run_name)
+    assert (inspected["RestartCount"], inspected["State"]["ExitCode"]) == (0, 0)
+    assert f"exit status {int(code)} is final: reported to Docker as 0" in result.stdout
+    assert exit_record.recorded(runs_dir / run_name, inspected["Config"]["Hostname"]) == code
+
+
 def test_compose_up_gives_the_same_result(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
     dotenv.write(ROOT, dotenv.settings("cpu"))
     env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir), TRAINBOX_RUN_NAME=run_name)
+    dotenv.ensure_owned_dir(runs_dir / run_name, TEST_UID, TEST_GID)  # as `TRAINBOX_RUN_NAME=NAME invoke setup` does
     try:
         result = subprocess.run(["docker", "compose", "up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
@@ -129,6 +156,7 @@ def test_compose_up_gives_the_same_result(docker_api, cpu_image, runs_dir: Path,
         ).stdout.split()
         inspected = docker_api.inspect_container(listed[0])
         assert inspected["State"]["ExitCode"] == 0
+        assert_hardened(inspected, run_name)
         INSPECTED["compose"] = settings_of(inspected)
     finally:
         subprocess.run(["docker", "compose", "rm", "-f", "-s"], cwd=ROOT, env=env, capture_output=True)
@@ -161,6 +189,8 @@ def test_parser_agrees_with_docker_compose_config(session_env) -> None:
         named = [v["target"] for v in theirs["volumes"] if v["type"] == "volume"]
         assert [v["target"] for v in ours.named_volumes] == named
         assert ours.stop_grace_s == compose.parse_duration(theirs["stop_grace_period"])
+        assert (ours.cap_drop, ours.security_opt, ours.read_only) == (theirs["cap_drop"], theirs["security_opt"], True)
+        assert (ours.tmpfs, ours.pids_limit, ours.mem_limit) == (theirs["tmpfs"], theirs["pids_limit"], int(theirs["mem_limit"]))
         devices = ((theirs.get("deploy") or {}).get("resources") or {}).get("reservations", {}).get("devices", [])
         assert [(r["Driver"], r["Count"], r["Capabilities"]) for r in ours.device_requests] == [
             (d["driver"], -1 if d["count"] in ("all", -1) else int(d["count"]), [d["capabilities"]]) for d in devices
@@ -177,6 +207,7 @@ def test_device_passthrough_and_groups_with_stand_in_nodes(
     nodes = {dev / "kfd": 4242, dev / "dri" / "card0": 4343, dev / "dri" / "renderD128": 4242}
     for node, gid in nodes.items():
         os.mknod(node, 0o20660, os.makedev(1, 3))
+        os.chmod(node, 0o660)  # crw-rw---- as udev makes them (mknod applies the umask)
         os.chown(node, 0, gid)
     monkeypatch.setenv("TRAINBOX_KFD_DEVICE", str(dev / "kfd"))
     monkeypatch.setenv("TRAINBOX_DRI_DEVICE", str(dev / "dri"))
@@ -186,18 +217,28 @@ def test_device_passthrough_and_groups_with_stand_in_nodes(
     launch.check_devices(service)
     service.image = cpu_image["tag"]
     service.binds, service.named_volumes, service.healthcheck = [], [], None
-    service.command = ["sh", "-c", "stat -c '%n %F %t:%T' /dev/kfd /dev/dri/renderD128 && id -G"]
+    # Opened for reading and writing as the non-root user, with every capability dropped (CapBnd 0, NoNewPrivs 1):
+    # the device cgroup and the numeric groups are what let the user in.
+    service.command = [
+        "sh",
+        "-c",
+        "stat -c '%n %F %t:%T' /dev/kfd /dev/dri/renderD128 && grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status"
+        " && for node in /dev/kfd /dev/dri/renderD128 /dev/dri/card0; do : <>$node && echo opened $node; done && id -G",
+    ]
     kwargs = launch.create_kwargs(service, {})
     container = docker_api.create_container(
         host_config=docker_api.create_host_config(**launch.host_config_kwargs(service)), **kwargs
     )
     try:
         docker_api.start(container["Id"])
-        assert docker_api.wait(container["Id"], timeout=60)["StatusCode"] == 0
+        status = docker_api.wait(container["Id"], timeout=60)["StatusCode"]
         out = docker_api.logs(container["Id"]).decode()
     finally:
         docker_api.remove_container(container["Id"], force=True)
+    assert status == 0, out
     assert "/dev/kfd character special file 1:3" in out
+    assert all(f"{field}:\t0000000000000000" in out for field in ("CapEff", "CapBnd")) and "NoNewPrivs:\t1" in out
+    assert all(f"opened /dev/{node}" in out for node in ("kfd", "dri/renderD128", "dri/card0")), out
     assert "/dev/dri/renderD128 character special file 1:3" in out
     assert {"4242", "4343"} <= set(out.strip().splitlines()[-1].split())
 

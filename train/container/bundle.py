@@ -8,9 +8,29 @@ other member. The image is streamed from the engine into the bundle and from
 the bundle into the engine: nothing image-sized is ever held in memory.
 
 Restoring checks the manifest and every member's size and sha256 *before*
-anything is loaded; a tampered or truncated bundle is refused with one line.
+anything is loaded; a truncated or damaged bundle is refused with one line.
 ``docker load`` drops registry digests, so the loaded image is confirmed by
 its image ID (the digest of its config), which survives save and load.
+
+The manifest vouches only for itself: whoever can edit a bundle can write a
+matching one. ``--sha256`` (the manifest's digest, printed by ``invoke
+bundle``) is what proves a bundle is the one that was made; without it the
+restore goes on, says in a warning and in its summary that the bundle is
+unverified, and takes nothing from it that reaches beyond its image:
+
+- from its env files only the pins this checkout's ``env/stack.env`` defines
+  (and the container-side paths its runtime env files define); UID/GID, host
+  paths and devices always come from this host, as ``invoke setup`` computes
+  them;
+- a compose.yaml that differs from this checkout's is printed as a diff and
+  refused unless ``--accept-compose`` is given;
+- every part is read once: the small files are hashed and written from the
+  same bytes, and ``image.tar`` is hashed again while it streams into
+  ``docker load``. If those bytes differ from the manifest's (the file was
+  rewritten after the check), whatever the load brought is removed by image ID
+  and the tags it took are given back to the images that had them.
+
+The image itself is whatever an unverified bundle holds; only ``--sha256`` vouches for it.
 
 A stop signal (``trainbox.interrupt``) ends either command within moments:
 the half-written bundle's temp file is removed on the way out, and one left
@@ -21,6 +41,7 @@ interrupted restore has written nothing; the engine drops a half-sent load.
 from __future__ import annotations
 
 import datetime
+import difflib
 import hashlib
 import json
 import os
@@ -272,28 +293,38 @@ class Bundle:
         handle = self.tar.extractfile(self.members[name])
         if handle is None:
             raise UserError(f"bundle {self.path}: {name} is not a file")
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            if meter is not None:
-                meter.advance(len(chunk))
-            yield chunk
+        try:
+            for chunk in iter(lambda: handle.read(CHUNK), b""):
+                if meter is not None:
+                    meter.advance(len(chunk))
+                yield chunk
+        except (tarfile.TarError, OSError) as exc:
+            raise UserError(f"bundle {self.path} is truncated inside {name} ({exc})") from None
 
-    def verify(self, progress: TextIO) -> None:
-        """Every part's sha256 against the manifest; a mismatch is a one-line refusal."""
+    def part(self, name: str) -> Dict[str, Any]:
+        return next(part for part in self.parts if part["name"] == name)
+
+    def read_files(self) -> Dict[str, bytes]:
+        """Every part but the image, read once and checked: these bytes are written, never a second read."""
+        files = {}
         for part in self.parts:
-            name = part["name"]
-            meter = Progress(progress, f"verifying {name}", part["size"]) if name == IMAGE_PART else None
-            digest = hashlib.sha256()
-            try:
-                for chunk in self.stream(name, meter):
-                    digest.update(chunk)
-            except (tarfile.TarError, OSError) as exc:
-                raise UserError(f"bundle {self.path} is truncated inside {name} ({exc})") from None
-            if meter is not None:
-                meter.finish()
-            if digest.hexdigest() != part.get("sha256"):
-                raise UserError(
-                    f"bundle {self.path} was corrupted or tampered with: sha256 of {name} does not match its manifest"
-                )
+            if part["name"] != IMAGE_PART:
+                files[part["name"]] = data = self.read_part(part["name"])
+                self.check_digest(part["name"], hashlib.sha256(data).hexdigest())
+        return files
+
+    def verify_image(self, progress: TextIO) -> None:
+        """image.tar's sha256 against the manifest, before anything is loaded."""
+        meter = Progress(progress, f"verifying {IMAGE_PART}", self.part(IMAGE_PART)["size"])
+        digest = hashlib.sha256()
+        for chunk in self.stream(IMAGE_PART, meter):
+            digest.update(chunk)
+        meter.finish()
+        self.check_digest(IMAGE_PART, digest.hexdigest())
+
+    def check_digest(self, name: str, digest: str) -> None:
+        if digest != self.part(name).get("sha256"):
+            raise UserError(f"bundle {self.path} was corrupted or tampered with: sha256 of {name} does not match its manifest")
 
     def close(self) -> None:
         self.tar.close()
@@ -315,6 +346,8 @@ class Restored:
     target: Path
     dotenv_path: Path
     next_commands: List[str]
+    #: Whether the manifest's digest was given (``--sha256``) and matched.
+    verified: bool = False
 
 
 def _file_conflicts(opened: Bundle, target: Path) -> List[str]:
@@ -327,13 +360,65 @@ def _file_conflicts(opened: Bundle, target: Path) -> List[str]:
     return conflicts
 
 
-def _load(client: docker.APIClient, opened: Bundle, progress: TextIO) -> List[str]:
-    """docker load the image part, streamed; return what the engine says it loaded."""
-    size = next(part["size"] for part in opened.parts if part["name"] == IMAGE_PART)
-    meter = Progress(progress, "loading image", size)
-    loaded = []
+def _check_compose(bundled: bytes, accept: bool, progress: TextIO) -> None:
+    """The bundle's compose.yaml decides mounts, devices and privileges: a different one is shown, and used only when
+    accepted."""
+    local = compose.COMPOSE_FILE.read_bytes()
+    if bundled == local:
+        return
+    diff = difflib.unified_diff(
+        local.decode(errors="replace").splitlines(),
+        bundled.decode(errors="replace").splitlines(),
+        f"{compose.COMPOSE_FILE} (this checkout)",
+        f"{COMPOSE_PART} (the bundle's)",
+        lineterm="",
+    )
+    progress.write("\n".join(diff) + "\n")
+    if not accept:
+        raise UserError(
+            "the bundle's compose.yaml differs from this checkout's (diff above): "
+            "read it, and restore with --accept-compose to use it"
+        )
+    progress.write(f"note: using the bundle's {COMPOSE_PART} (--accept-compose)\n")
+
+
+def _images(client: docker.APIClient) -> Dict[str, str]:
+    """Every image on the engine: its ID and each of its tags, mapped to its ID."""
+    found = {}
+    for image in client.images(all=True):
+        found[image["Id"]] = image["Id"]
+        found.update({tag: image["Id"] for tag in image.get("RepoTags") or [] if tag != "<none>:<none>"})
+    return found
+
+
+def _undo_load(client: docker.APIClient, before: Dict[str, str], loaded: List[str]) -> None:
+    """Put the engine's images back as they were before a load that is not accepted: remove each image that is new
+    (by ID, with the tags it took), give every tag it moved back to its image, untag new names of older images."""
+    for image_id in {ref for ref in _images(client).values() if ref not in before}:
+        client.remove_image(image_id, force=True)
+    now = _images(client)
+    for ref, image_id in before.items():
+        if ref != image_id and now.get(ref) != image_id:
+            repository, _, tag = ref.rpartition(":")
+            client.tag(image_id, repository, tag)
+    for ref in loaded:
+        if ref not in before and ref in now:
+            client.remove_image(ref, noprune=True)
+
+
+def _load(client: docker.APIClient, opened: Bundle, progress: TextIO, loaded: List[str]) -> str:
+    """docker load the image part, streamed and hashed on the way; append what the engine says it loaded to
+    ``loaded`` and return the sha256 of the bytes the engine got."""
+    meter = Progress(progress, "loading image", opened.part(IMAGE_PART)["size"])
+    digest = hashlib.sha256()
+
+    def hashed() -> Iterator[bytes]:
+        for chunk in opened.stream(IMAGE_PART, meter):
+            digest.update(chunk)
+            yield chunk
+
     try:
-        for message in client.load_image(opened.stream(IMAGE_PART, meter)):
+        for message in client.load_image(hashed()):
             if "error" in message:
                 raise UserError(f"docker load failed: {message['error'].strip()}")
             text = str(message.get("stream", "")).strip()
@@ -342,16 +427,48 @@ def _load(client: docker.APIClient, opened: Bundle, progress: TextIO) -> List[st
     except APIError as exc:
         raise UserError(f"docker load failed: {exc.explanation or exc}") from None
     meter.finish()
-    return loaded
+    return digest.hexdigest()
+
+
+def _load_accepted(client: docker.APIClient, opened: Bundle, progress: TextIO) -> None:
+    """Load the image and accept it only if the bytes loaded are the manifest's and every tag is the manifest's image;
+    otherwise undo the load (:func:`_undo_load`) and refuse in one line."""
+    image = opened.manifest["image"]
+    before = _images(client)
+    loaded: List[str] = []
+    try:
+        digest = _load(client, opened, progress, loaded)
+        if digest != opened.part(IMAGE_PART)["sha256"]:
+            raise UserError(
+                f"bundle {opened.path} changed while it was read: the {IMAGE_PART} loaded is not the one checked"
+                " (the load was undone)"
+            )
+        for tag in image["tags"]:
+            found = client.inspect_image(tag)["Id"]
+            if found != image["id"]:
+                raise UserError(f"after docker load, {tag} is image {found}, not the bundle's {image['id']} (undone)")
+    except Exception:
+        _undo_load(client, before, loaded)
+        raise
 
 
 def _dotenv_values(flavor: str, target: Path) -> Dict[str, str]:
-    """This host's .env values with the bundle's pins, runtime paths, lock digest and source commit (TRAINBOX_<KEY> wins)."""
+    """This host's .env values with the bundle's pins, container paths, lock digest and source commit
+    (TRAINBOX_<KEY> wins).
+
+    Only keys this checkout's own env files define are taken from the bundle's: a bundle cannot set UID/GID, host
+    paths or devices, which always come from this host (:func:`dotenv.settings`).
+    """
     values = dotenv.settings(flavor)
-    bundled = envfiles.read_env_file(target / ENV_DIR / envfiles.STACK_FILE.name)
+    pins = envfiles.read_env_file(envfiles.STACK_FILE)
+    bundled = {
+        key: value for key, value in envfiles.read_env_file(target / ENV_DIR / envfiles.STACK_FILE.name).items() if key in pins
+    }
     for path in flavors.get(flavor).env_paths():
+        # The container-side paths compose.yaml names (volume targets), as the bundle's image has them.
+        paths = {key for key in envfiles.read_env_file(path) if key in values}
         runtime = envfiles.read_env_file(target / ENV_DIR / path.name)
-        bundled.update({key: value for key, value in runtime.items() if key in values})
+        bundled.update({key: value for key, value in runtime.items() if key in paths})
     lock = target / _lock_part(flavor)
     bundled[f"{flavor.upper()}_LOCK_SHA256"] = locks.lock_digest(lock) if lock.is_file() else ""
     image = fingerprint.load(target / FINGERPRINT_PART).get("image") or {}
@@ -382,50 +499,58 @@ def restore(
     progress: Optional[TextIO] = None,
     expected_digest: Optional[str] = None,
     checkout: Optional[Path] = None,
+    accept_compose: bool = False,
 ) -> Restored:
     """Verify bundle ``path``, load its image, confirm the image ID, write its files and this host's .env into ``target``.
 
     ``checkout`` is the directory of the tasks.py that runs the printed ``invoke verify`` (default: ``target``).
+    Without ``expected_digest`` the bundle is unverified (see the module's docstring): it is said, and restored.
     """
     progress = progress or sys.stderr
     target = Path(target)
     with Bundle(path) as opened:
         if expected_digest is not None and opened.digest != expected_digest.lower():
             raise UserError(f"bundle {path} has manifest sha256 {opened.digest}, not the expected {expected_digest}")
+        if expected_digest is None:
+            progress.write(
+                f"warning: bundle {path} is unverified: without --sha256 its manifest vouches for itself, so damage is"
+                " detected but not tampering; pass --sha256 with the digest `invoke bundle` printed\n"
+            )
         image = opened.manifest.get("image") or {}
         flavor, tags, image_id = image.get("flavor"), list(image.get("tags") or []), image.get("id")
         if flavor not in flavors.FLAVORS or not tags or not image_id:
             raise UserError(f"bundle {path}: manifest lacks the image's flavor, tags or ID")
-        conflicts = _file_conflicts(opened, target)
-        if conflicts:
-            raise UserError(
-                f"{target / conflicts[0]} differs from the bundle's copy ({len(conflicts)} file(s)):"
-                " restore into an empty directory (--into DIR)"
-            )
         with on_stop(f"checking {path} (nothing was loaded or written)"):
-            opened.verify(progress)
-        client = client or engine.api()
+            files = opened.read_files()
+            _check_compose(files[COMPOSE_PART], accept_compose, progress)
+            conflicts = _file_conflicts(opened, target)
+            if conflicts:
+                raise UserError(
+                    f"{target / conflicts[0]} differs from the bundle's copy ({len(conflicts)} file(s)):"
+                    " restore into an empty directory (--into DIR)"
+                )
+            opened.verify_image(progress)
         with on_stop(f"loading the image of {path} (the engine drops a half-sent load; nothing was written)"):
-            loaded = _load(client, opened, progress)
-        for tag in tags:
-            found = client.inspect_image(tag)["Id"]
-            if found != image_id:
-                raise UserError(f"after docker load, {tag} is image {found}, not the bundle's {image_id} (loaded: {loaded})")
-        for part in opened.parts:
-            if part["name"] != IMAGE_PART:
-                remove_stale_temps(target / part["name"])
-                with atomic_writer(target / part["name"], "wb") as handle:
-                    handle.write(opened.read_part(part["name"]))
+            client = client or engine.api()
+            _load_accepted(client, opened, progress)
+    for name, data in files.items():
+        remove_stale_temps(target / name)
+        with atomic_writer(target / name, "wb") as handle:
+            handle.write(data)
     values = _dotenv_values(flavor, target)
     dotenv_path = dotenv.write(target, values)
     next_commands = _next_commands(tags, flavor, values, target, target if checkout is None else checkout)
-    return Restored(image_id, tags, flavor, target, dotenv_path, next_commands)
+    return Restored(image_id, tags, flavor, target, dotenv_path, next_commands, verified=expected_digest is not None)
 
 
 def report(restored: Restored, out: Optional[TextIO] = None) -> None:
     """Tell the user what was restored and what to run next."""
     out = out or sys.stdout
-    out.write(f"restored {', '.join(restored.tags)} = {restored.image_id} ({restored.flavor}); wrote {restored.dotenv_path}\n")
+    unverified = "" if restored.verified else "; UNVERIFIED: no --sha256 was given, so it may not be the bundle that was made"
+    out.write(
+        f"restored {', '.join(restored.tags)} = {restored.image_id} ({restored.flavor}); wrote {restored.dotenv_path}"
+        f"{unverified}\n"
+    )
     flavor = flavors.get(restored.flavor)
     if flavor.host_device is not None and not flavor.host_device.exists():
         out.write(f"note: this host has no {flavor.host_device}: {flavor.no_gpu_fix}\n")

@@ -38,6 +38,12 @@ RUN_KEYS = frozenset(
         "init",
         "command",
         "deploy",
+        "cap_drop",
+        "security_opt",
+        "read_only",
+        "tmpfs",
+        "pids_limit",
+        "mem_limit",
     }
 )
 #: Service keys that do not affect a created container.
@@ -123,6 +129,13 @@ class Service:
     build: Dict[str, Any] = field(default_factory=dict)
     #: GPUs to reserve, as the Engine API's DeviceRequests (Driver, Count, DeviceIDs, Capabilities, Options).
     device_requests: List[Dict[str, Any]] = field(default_factory=list)
+    cap_drop: List[str] = field(default_factory=list)
+    security_opt: List[str] = field(default_factory=list)
+    read_only: Optional[bool] = None
+    #: tmpfs mounts as compose writes them: ``PATH`` or ``PATH:OPTIONS``.
+    tmpfs: List[str] = field(default_factory=list)
+    pids_limit: Optional[int] = None
+    mem_limit: Optional[int] = None
 
 
 def load(variables: Mapping[str, str], path: Path = COMPOSE_FILE) -> Dict[str, Any]:
@@ -150,6 +163,13 @@ def _healthcheck(value: Dict[str, Any]) -> Dict[str, Any]:
     if "retries" in value:
         check["retries"] = int(value["retries"])
     return check
+
+
+def _strings(value: Any) -> List[str]:
+    """A compose key that takes one string or a list of them."""
+    if value is None:
+        return []
+    return [str(item) for item in (value if isinstance(value, list) else [value])]
 
 
 def _device(value: Any) -> str:
@@ -211,6 +231,12 @@ def service(name: str, variables: Mapping[str, str], root: Path = COMPOSE_FILE.p
         command=[str(item) for item in spec["command"]] if "command" in spec else None,
         build=dict(spec.get("build") or {}),
         device_requests=_device_requests(name, spec["deploy"]) if "deploy" in spec else [],
+        cap_drop=_strings(spec.get("cap_drop")),
+        security_opt=_strings(spec.get("security_opt")),
+        read_only=spec.get("read_only"),
+        tmpfs=_strings(spec.get("tmpfs")),
+        pids_limit=int(spec["pids_limit"]) if "pids_limit" in spec else None,
+        mem_limit=parse_bytes(spec["mem_limit"]) if "mem_limit" in spec else None,
     )
     for volume in spec.get("volumes", []):
         if not isinstance(volume, dict):

@@ -28,6 +28,11 @@ DRI_DEVICE = Path("/dev/dri")
 #: Used for video/render when the host has no such group (CPU-only machines).
 NOGROUP_GID = 65534
 OVERRIDE_PREFIX = "TRAINBOX_"
+#: The run a plain `docker compose up` trains (runs/demo); TRAINBOX_RUN_NAME picks another.
+DEFAULT_RUN_NAME = "demo"
+#: Share of this host's RAM a training container may use (page cache, /dev/shm and /tmp included): the rest keeps
+#: the desktop and SSH responsive when training leaks or a DataLoader runs away.
+MEMORY_SHARE = 0.85
 CA_CERTS_ENV = "TRAINBOX_CA_CERTS"
 #: Passed to builds (apt and pip inside honour them); upper-case names are accepted too.
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy")
@@ -104,6 +109,12 @@ def lock_digests() -> Dict[str, str]:
     return digests
 
 
+def memory_limit() -> str:
+    """compose's ``mem_limit`` for this host: :data:`MEMORY_SHARE` of its RAM, in MiB."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{int(total * MEMORY_SHARE) // 2**20}m"
+
+
 def settings(flavor: Optional[str] = None, ca_certs: Iterable[str] = ()) -> Dict[str, str]:
     """Every value .env carries, overrides applied."""
     kfd = Path(os.environ.get(OVERRIDE_PREFIX + "KFD_DEVICE", str(KFD_DEVICE)))
@@ -118,6 +129,8 @@ def settings(flavor: Optional[str] = None, ca_certs: Iterable[str] = ()) -> Dict
         "TRAINBOX_DRI_DEVICE": str(dri),
         "TRAINBOX_DATA_HOST": "./data",
         "TRAINBOX_RUNS_HOST": "./runs",
+        "TRAINBOX_RUN_NAME": DEFAULT_RUN_NAME,
+        "TRAINBOX_MEM_LIMIT": memory_limit(),
         "EXTRA_CA_CERTS_B64": ca_bundle_b64(ca_cert_paths(ca_certs)),
     }
     for name in PROXY_VARIABLES:
@@ -146,14 +159,13 @@ def render(values: Dict[str, str]) -> str:
 
 def write(root: Path, values: Dict[str, str]) -> Path:
     """Write ``root/.env`` (0600: it may hold proxy credentials) and create the host directories it names,
-    owned by the container user."""
+    owned by the container user: the dataset folder and the run directory compose mounts."""
     path = Path(root) / ".env"
     write_text_atomic(path, render(values), permissions=0o600)
     uid, gid = int(values["TRAINBOX_UID"]), int(values["TRAINBOX_GID"])
-    for key in ("TRAINBOX_DATA_HOST", "TRAINBOX_RUNS_HOST"):
-        directory = Path(values[key])
-        directory = directory if directory.is_absolute() else Path(root) / directory
-        ensure_owned_dir(directory, uid, gid)
+    data, runs = (Path(values[key]) for key in ("TRAINBOX_DATA_HOST", "TRAINBOX_RUNS_HOST"))
+    for directory in (data, runs, runs / values["TRAINBOX_RUN_NAME"]):
+        ensure_owned_dir(directory if directory.is_absolute() else Path(root) / directory, uid, gid)
     return path
 
 

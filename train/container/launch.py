@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
 import docker
 from docker.types import DeviceRequest, Mount
 
+from trainbox import exit_record
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested, on_stop
@@ -144,6 +145,12 @@ def host_config_kwargs(service: compose.Service) -> Dict[str, Any]:
         "group_add": service.group_add or None,
         "init": service.init,
         "device_requests": [_device_request(r) for r in service.device_requests] or None,
+        "cap_drop": service.cap_drop or None,
+        "security_opt": service.security_opt or None,
+        "read_only": service.read_only,
+        "tmpfs": service.tmpfs or None,
+        "pids_limit": service.pids_limit,
+        "mem_limit": service.mem_limit,
     }
 
 
@@ -189,8 +196,8 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
         data_arg = f"data={found.yaml_file}"
         service.command = ["train", "--profile", request.profile, *request.supervisor_args, *overrides, data_arg]
     service.environment.update(request.environment)
-    runs_host = next(b["source"] for b in service.binds if b["target"] == runtime["TRAINBOX_RUNS"])
-    run_dir = Path(runs_host) / run_name
+    # compose mounts only the run's own directory, runs/<name>, at the same place under TRAINBOX_RUNS.
+    run_dir = Path(next(b["source"] for b in service.binds if b["target"] == f"{runtime['TRAINBOX_RUNS']}/{run_name}"))
     labels = {
         RUN_LABEL: run_name,
         "io.trainbox.flavor": request.flavor,
@@ -224,6 +231,9 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
         _ensure_volume(client, volume["source"], service.project)
     host_config = client.create_host_config(**host_config_kwargs(service))
     name = f"{service.project}-{labels[RUN_LABEL]}"
+    user = (service.user or "0:0").split(":")
+    # The run's own directory is what the container mounts: it must exist, owned by the container's user.
+    dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
     try:
         container = client.create_container(host_config=host_config, name=name, **create_kwargs(service, labels))
     except docker.errors.APIError as exc:
@@ -231,8 +241,6 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
             raise UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})") from None
         raise
     try:
-        user = (service.user or "0:0").split(":")
-        dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
         client.start(container["Id"])
     except BaseException as exc:
         # Not started (a stop signal, a refused GPU...): leave no container behind to block the run's name.
@@ -261,10 +269,21 @@ def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextI
             out.write(chunk.decode(errors="replace"))
             out.flush()
         since = int(time.time())
-        state = client.inspect_container(container_id)["State"]
+        inspected = client.inspect_container(container_id)
+        state = inspected["State"]
         if not (state["Running"] or state["Restarting"]):
-            return int(state["ExitCode"])
+            return _real_exit(inspected)
         time.sleep(1)
+
+
+def _real_exit(inspected: Dict[str, Any]) -> int:
+    """The container's exit status, or the final one it reported to Docker as 0 (:mod:`trainbox.exit_record`)."""
+    code = int(inspected["State"]["ExitCode"])
+    run_dir = (inspected["Config"].get("Labels") or {}).get("io.trainbox.run-dir")
+    if code != 0 or run_dir is None:
+        return code
+    recorded = exit_record.recorded(Path(run_dir), inspected["Config"]["Hostname"])
+    return code if recorded is None else recorded
 
 
 def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Optional[TextIO] = None) -> int:
@@ -342,7 +361,17 @@ def shell_command(run: Optional[str], flavor: str, root: Path) -> List[str]:
     ]
     gpus = ["--gpus", "all"] if service.device_requests else []
     network = ["--network", service.network_mode or "none"]
-    return ["docker", "run", "--rm", "-it", *network, *gpus, *user, *mounts, service.image, "bash"]
+    return ["docker", "run", "--rm", "-it", *network, *gpus, *user, *_hardening_flags(service), *mounts, service.image, "bash"]
+
+
+def _hardening_flags(service: compose.Service) -> List[str]:
+    """compose's cap_drop, security_opt, read_only, tmpfs, pids_limit and mem_limit as docker CLI flags."""
+    flags = [f"--cap-drop={cap}" for cap in service.cap_drop] + [f"--security-opt={opt}" for opt in service.security_opt]
+    flags += ["--read-only"] if service.read_only else []
+    flags += [f"--tmpfs={mount}" for mount in service.tmpfs]
+    flags += [f"--pids-limit={service.pids_limit}"] if service.pids_limit is not None else []
+    flags += [f"--memory={service.mem_limit}"] if service.mem_limit is not None else []
+    return flags
 
 
 def exec_shell(command: List[str]) -> None:

@@ -19,6 +19,8 @@ for file in /etc/trainbox/env.d/*.env; do
   done <"$file"
 done
 run_dir="$TRAINBOX_RUNS/${TRAINBOX_RUN_NAME:-demo}"
+# The run directory of every trainbox command here (run's --run-dir says the same; trainbox.exit_record uses this).
+export TRAIN_RUN_DIR="$run_dir"
 command="${1:-}"
 [ $# -eq 0 ] || shift
 case "$command" in
