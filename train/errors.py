@@ -40,10 +40,17 @@ class ExitCode(IntEnum):
     @staticmethod
     def is_final(code: int) -> bool:
         """Whether a command that *returned* ``code`` reached an outcome that running it again cannot change:
-        completed, restart budget spent, bad input, misconfigured. A crash of the command itself (an uncaught
-        exception exits 1 without returning; a kill is 128+N) is not final: a container engine may retry it
-        (:mod:`trainbox.exit_record`)."""
-        return code in (ExitCode.OK, ExitCode.GAVE_UP, ExitCode.USAGE, ExitCode.MISCONFIGURED)
+        completed, restart budget spent, bad input, misconfigured, a full disk and a process stuck in the kernel
+        (both need a person first). A crash of the command itself (an uncaught exception exits 1 without
+        returning; a kill is 128+N) is not final: a container engine may retry it (:mod:`trainbox.exit_record`)."""
+        return code in (
+            ExitCode.OK,
+            ExitCode.GAVE_UP,
+            ExitCode.USAGE,
+            ExitCode.MISCONFIGURED,
+            ExitCode.DISK_FULL,
+            ExitCode.STUCK,
+        )
 
     @staticmethod
     def for_signal(signum: int) -> int:
