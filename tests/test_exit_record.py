@@ -16,6 +16,7 @@ import pytest
 
 from trainbox import exit_record
 from trainbox.errors import ExitCode
+from trainbox.rundir import RunDir
 
 
 def trainbox(args: List[str], run_dir: Path, engine_restarts: bool) -> subprocess.CompletedProcess:
@@ -41,7 +42,7 @@ def test_final_outcomes_reach_the_engine_as_zero_and_are_recorded(tmp_path: Path
     plain = trainbox(args, tmp_path / "plain", engine_restarts=False)
     real = plain.returncode if code is None else code
     assert plain.returncode == real and ExitCode.is_final(real), plain.stderr
-    assert not (tmp_path / "plain" / exit_record.RECORD).exists()
+    assert not RunDir(tmp_path / "plain").container_exit.exists()
     contained = trainbox(args, run_dir, engine_restarts=True)
     assert contained.returncode == 0, contained.stderr
     assert exit_record.recorded(run_dir, socket.gethostname()) == real
@@ -53,7 +54,7 @@ def test_final_outcomes_reach_the_engine_as_zero_and_are_recorded(tmp_path: Path
 def test_other_commands_and_crashes_keep_their_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``health`` is Docker's HEALTHCHECK: its 1 must stay 1. A status that is not final reaches the engine as is."""
     unhealthy = trainbox(["health"], tmp_path, engine_restarts=True)
-    assert unhealthy.returncode == 1 and not (tmp_path / exit_record.RECORD).exists()
+    assert unhealthy.returncode == 1 and not RunDir(tmp_path).container_exit.exists()
     assert not ExitCode.is_final(137) and not ExitCode.is_final(ExitCode.for_signal(15))
     monkeypatch.setenv(exit_record.ENGINE_RESTARTS_ENV, "1")
     assert exit_record.for_engine("run", ExitCode.for_signal(15), tmp_path) == 143

@@ -25,9 +25,9 @@ from typing import Optional
 
 from trainbox.atomic import write_text_atomic
 from trainbox.errors import ExitCode
+from trainbox.rundir import RunDir
 
 ENGINE_RESTARTS_ENV = "TRAINBOX_ENGINE_RESTARTS_ON_FAILURE"
-RECORD = "container-exit.json"
 #: The commands whose outcome the container's restart policy is about (the image's ``demo`` and ``train`` run ``run``).
 SUPERVISED_COMMANDS = ("run", "supervise")
 
@@ -37,14 +37,14 @@ def for_engine(command: Optional[str], code: int, run_dir: Path) -> int:
     if os.environ.get(ENGINE_RESTARTS_ENV) != "1" or command not in SUPERVISED_COMMANDS or not ExitCode.is_final(code):
         return code
     try:
-        write_text_atomic(run_dir / RECORD, json.dumps({"code": code, "hostname": socket.gethostname()}) + "\n")
+        write_text_atomic(RunDir(run_dir).container_exit, json.dumps({"code": code, "hostname": socket.gethostname()}) + "\n")
     except OSError:
         return code  # unrecorded, a status can only be told to Docker as it is
     if code == ExitCode.OK:
         return code
     sys.stderr.write(
         f"trainbox: exit status {code} is final: reported to Docker as 0 so that its restart policy does not start"
-        f" the run again ({run_dir / RECORD} keeps {code})\n"
+        f" the run again ({RunDir(run_dir).container_exit} keeps {code})\n"
     )
     return int(ExitCode.OK)
 
@@ -52,7 +52,7 @@ def for_engine(command: Optional[str], code: int, run_dir: Path) -> int:
 def recorded(run_dir: Path, hostname: str) -> Optional[int]:
     """The status recorded by the container with ``hostname`` in ``run_dir``, if it recorded one."""
     try:
-        record = json.loads((run_dir / RECORD).read_text())
+        record = json.loads(RunDir(run_dir).container_exit.read_text())
         return int(record["code"]) if record.get("hostname") == hostname else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -143,6 +143,10 @@ class RunDir(_Layout):
     midepoch_checkpoint = Entry("train/weights/midepoch.pt", "the mid-epoch checkpoint, while an epoch is under way")
     ultralytics = Entry("ultralytics/", "Ultralytics' own config directory (settings, a local font)")
     network_log = Entry("network.log", "any network connection the training tried, refused (absent = none)")
+    container_exit = Entry(
+        "container-exit.json",
+        "in a trainbox container: the run's real exit status (see [Containers](#containers), restarts)",
+    )
 
     def incident(self, session: int, attempt: int) -> IncidentDir:
         """The stall report of ``attempt`` of the supervisor session ``session`` (see :meth:`new_session`)."""
