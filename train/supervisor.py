@@ -24,31 +24,28 @@ What the supervisor must survive, and how:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from trainbox import errors, heartbeat, incident, proctree
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
 from trainbox.events import EventLog
+from trainbox.output import OutputTee, say
 from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
 from trainbox.rundir import RunDir
 from trainbox.runlock import RunLock
 from trainbox.supervisor_settings import STALL_TIMEOUT, STARTUP_TIMEOUT, SupervisorSettings
 
-OUTPUT_TAIL_BYTES = 64 * 1024
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
 POLL_S = 0.5
 #: How long the killed child may take to be reaped once its whole tree is gone (normally microseconds;
@@ -133,85 +130,6 @@ class SupervisorSpec:
     echo: bool = True
 
 
-class OutputTee:
-    """Copies the child's output to our stdout and a log file, keeping the tail for reports.
-
-    Whatever fails, the child's pipe is drained to its end: a child that cannot
-    write its output blocks, stops beating and would be killed as stalled. A
-    stdout that is gone (``| head``, a closed terminal) ends the echo for good
-    (it is pointed at /dev/null, so the exit's flush cannot fail either); a log
-    write that fails (a full disk) loses that chunk and is tried again with the
-    next one; the tail is kept in memory either way.
-    """
-
-    def __init__(self, stream: Any, log_path: Path, echo: bool) -> None:
-        self._fd = stream.fileno()
-        self._stream = stream
-        self._log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._log_failing = False
-        self._echo = echo
-        self._tail: Deque[bytes] = collections.deque()
-        self._tail_size = 0
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._pump, name="child-output", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._fd, 65536)
-            except OSError:
-                return  # our end of the pipe was closed (close() after a timeout): nothing left to drain
-            if not chunk:
-                return
-            with self._lock:
-                self._tail.append(chunk)
-                self._tail_size += len(chunk)
-                while self._tail_size - len(self._tail[0]) >= OUTPUT_TAIL_BYTES:
-                    self._tail_size -= len(self._tail.popleft())
-            self._write_log(chunk)
-            if self._echo:
-                self._write_stdout(chunk)
-
-    def _write_log(self, chunk: bytes) -> None:
-        try:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(self._log, view) :]
-        except OSError as exc:
-            if not self._log_failing:
-                _say(f"cannot write {self._log_path} ({exc.strerror}): the child's output is not logged until it can be")
-            self._log_failing = True
-            return
-        self._log_failing = False
-
-    def _write_stdout(self, chunk: bytes) -> None:
-        try:
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-        except (OSError, ValueError):  # EPIPE, EIO from a hung-up terminal; ValueError: stdout was closed
-            self._echo = False
-            with contextlib.suppress(OSError, ValueError):
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-                os.close(devnull)
-
-    def tail(self) -> bytes:
-        with self._lock:
-            return b"".join(self._tail)[-OUTPUT_TAIL_BYTES:]
-
-    def tail_lines(self, count: int) -> List[str]:
-        text = self.tail().decode("utf-8", "replace").replace("\r", "\n")
-        return [line for line in text.splitlines() if line.strip()][-count:]
-
-    def close(self) -> None:
-        self._thread.join(timeout=2.0)
-        self._stream.close()
-        os.close(self._log)
-
-
 @dataclass
 class Running:
     """One attempt in flight: what it was launched with and the handles to watch and end it."""
@@ -222,13 +140,6 @@ class Running:
     proc: subprocess.Popen[bytes]
     tree: proctree.ProcessTree
     tee: OutputTee
-
-
-def _say(message: str) -> None:
-    """One line on stderr; a stderr that is gone (a closed terminal) must not end supervision."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"trainbox: {message}\n")
-        sys.stderr.flush()
 
 
 class Supervisor:
@@ -326,7 +237,7 @@ class Supervisor:
             profile=launch.profile,
             previous_profile=previous.profile,
         )
-        _say(
+        say(
             f"restarting (attempt {attempt}, after {after.kind.value}) in {delay:.1f} s"
             + (f" with profile {launch.profile}" if launch.profile else "")
         )
@@ -383,7 +294,7 @@ class Supervisor:
             )
         except OSError as exc:
             self._emit("start", attempt, profile=launch.profile, argv=list(launch.argv), pid=None)
-            _say(f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}")
+            say(f"cannot start {launch.argv[0]!r}: {exc.strerror or exc}")
             self._emit("crash", attempt, code=127, beats=0, last_output=[str(exc)])
             failed = Outcome(OutcomeKind.EXITED, code=127, detail={"last_output": [str(exc)]})
             self.counters = self.counters.counted(failed)
@@ -424,7 +335,7 @@ class Supervisor:
                 last_beat=outcome.last_beat,
                 last_output=tee.tail_lines(5),
             )
-            _say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
+            say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
         return outcome
 
     def _end_tree(self) -> Dict[str, List[int]]:
@@ -455,7 +366,7 @@ class Supervisor:
         while True:
             if self._stop_signal is not None:
                 self._set_state(State.STOPPING)
-                _say(f"signal {self._stop_signal}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
+                say(f"signal {self._stop_signal}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
                 self._end_tree()
                 outcome.kind = OutcomeKind.STOPPED
                 return outcome
@@ -499,7 +410,7 @@ class Supervisor:
         self.counters = self.counters.counted(outcome)
         self._set_state(State.STALLED)
         phase = (outcome.last_beat or {}).get("phase")
-        _say(
+        say(
             f"attempt {attempt} stalled: silent {silent_s:.1f} s > {budget_name} budget {budget_s:.1f} s"
             + (f" in phase {phase!r}" if phase else "")
             + "; writing incident report"
@@ -524,9 +435,9 @@ class Supervisor:
                 dumps=self.run_dir.stack_dump,
             )
             written["incident_bytes"] = summary["bytes"]
-            _say(f"incident written to {where} ({summary['write_s']:.1f} s)")
+            say(f"incident written to {where} ({summary['write_s']:.1f} s)")
         except OSError as exc:  # a full disk: the report is lost, killing and restarting go on
-            _say(f"cannot write the incident report to {where}: {exc.strerror or exc}")
+            say(f"cannot write the incident report to {where}: {exc.strerror or exc}")
             written = {"incident": None, "incident_bytes": 0, "incident_error": f"{exc.strerror or exc}: {exc.filename or where}"}
         diagnosed = time.monotonic()
         # The child may have ended by itself while the report was written: an exit 0 then is a success.
@@ -562,10 +473,10 @@ class Supervisor:
         if stuck is not None:
             self._running = None  # nothing more can be done to it: the attempt's clean-up must not try for another grace
             raise stuck
-        _say(f"tree killed in {killed - diagnosed:.1f} s")
+        say(f"tree killed in {killed - diagnosed:.1f} s")
         outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=written["incident"])
         if code_before_kill == 0:
-            _say(f"attempt {attempt} completed (exit status 0) while its incident report was written")
+            say(f"attempt {attempt} completed (exit status 0) while its incident report was written")
             outcome.kind, outcome.code = OutcomeKind.EXITED, 0
         return outcome
 
@@ -581,7 +492,7 @@ class Supervisor:
         self._emit("exit", attempt, code=code, reason=reason, **timing, **self.counters.published())
         if state is State.SUCCEEDED:
             counts = self.counters
-            _say(f"completed after {attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))")
+            say(f"completed after {attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))")
         return code
 
     def _describe(self, outcome: Outcome, launch: Launch) -> str:
@@ -610,7 +521,7 @@ class Supervisor:
         self._emit("give_up", attempt, reason="misconfigured", **self.counters.published())
         self._emit("exit", attempt, code=ExitCode.MISCONFIGURED, reason="misconfigured", **self.counters.published())
         lines = outcome.detail.get("last_output") or ["(no output)"]
-        _say(
+        say(
             "two attempts in a row ended before their first heartbeat: this is a configuration error, "
             "not a stall; fix it and run again. The child's last output:\n    " + "\n    ".join(lines)
         )
@@ -621,7 +532,7 @@ class Supervisor:
         counts = self.counters
         self._emit("give_up", attempt, reason="restart budget spent", **counts.published())
         self._emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **counts.published())
-        _say(
+        say(
             f"giving up after {attempt + 1} attempts and {counts.restarts} restart(s) "
             f"(--max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
             f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
