@@ -46,8 +46,11 @@ def created(docker_api, service: compose.Service, labels: Dict[str, str]) -> Dic
         docker_api.remove_container(container["Id"], force=True)
 
 
-def test_invoke_asks_for_the_gpus_as_compose_does(docker_api, cuda_image, runs_dir: Path, run_name: str, session_env) -> None:
-    env = {**os.environ, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_RUN_NAME": run_name}
+def test_invoke_asks_for_the_gpus_as_compose_does(
+    docker_api, cuda_image, runs_dir: Path, run_name: str, session_env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINBOX_RUNS_HOST", str(runs_dir))  # for launch.prepare here and compose below alike
+    env = {**os.environ, "TRAINBOX_RUN_NAME": run_name}
     dotenv.ensure_owned_dir(runs_dir / run_name, TEST_UID, TEST_GID)  # compose mounts the run's own directory
     request = launch.TrainRequest(profile="safe", flavor="cuda", root=ROOT, run_name=run_name)
     service, labels = launch.prepare(request)
