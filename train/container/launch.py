@@ -231,14 +231,17 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
         _ensure_volume(client, volume["source"], service.project)
     host_config = client.create_host_config(**host_config_kwargs(service))
     name = f"{service.project}-{labels[RUN_LABEL]}"
+    taken = UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})")
+    if client.containers(all=True, filters={"name": f"^/{name}$"}):
+        raise taken  # before the run directory is made: a refused run leaves nothing behind
     user = (service.user or "0:0").split(":")
     # The run's own directory is what the container mounts: it must exist, owned by the container's user.
     dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
     try:
         container = client.create_container(host_config=host_config, name=name, **create_kwargs(service, labels))
     except docker.errors.APIError as exc:
-        if exc.status_code == 409:
-            raise UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})") from None
+        if exc.status_code == 409:  # taken since the look above
+            raise taken from None
         raise
     try:
         client.start(container["Id"])
