@@ -36,15 +36,16 @@ def for_engine(command: Optional[str], code: int, run_dir: Path) -> int:
     """The status to exit with: ``code``, or 0 for a final outcome where the engine restarts on failure."""
     if os.environ.get(ENGINE_RESTARTS_ENV) != "1" or command not in SUPERVISED_COMMANDS or not ExitCode.is_final(code):
         return code
+    record = RunDir(run_dir).container_exit
     try:
-        write_text_atomic(RunDir(run_dir).container_exit, json.dumps({"code": code, "hostname": socket.gethostname()}) + "\n")
+        write_text_atomic(record, json.dumps({"code": code, "hostname": socket.gethostname()}) + "\n")
     except OSError:
         return code  # unrecorded, a status can only be told to Docker as it is
     if code == ExitCode.OK:
         return code
     sys.stderr.write(
         f"trainbox: exit status {code} is final: reported to Docker as 0 so that its restart policy does not start"
-        f" the run again ({RunDir(run_dir).container_exit} keeps {code})\n"
+        f" the run again ({record} keeps {code})\n"
     )
     return int(ExitCode.OK)
 

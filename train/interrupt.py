@@ -24,7 +24,10 @@ import signal
 import threading
 from typing import Any, Iterator, Optional, Sequence
 
-#: The signals that mean "stop": a terminal's Ctrl-C, ``kill``/``docker stop``, a closed terminal.
+from trainbox.errors import ExitCode
+
+#: The signals that mean "stop", to the host's tasks and to the supervisor alike: a terminal's Ctrl-C,
+#: ``kill``/``docker stop``, a closed terminal.
 STOP_SIGNALS: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -40,7 +43,7 @@ class StopRequested(BaseException):
     @property
     def exit_code(self) -> int:
         """The shell's status for a command ended by this signal: 130 for Ctrl-C, 143 for SIGTERM."""
-        return 128 + self.signum
+        return ExitCode.for_signal(self.signum)
 
     @property
     def name(self) -> str:

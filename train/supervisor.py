@@ -35,7 +35,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from trainbox import errors, heartbeat, incident, proctree
+from trainbox import errors, heartbeat, incident, interrupt, proctree
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
@@ -51,8 +51,6 @@ POLL_S = 0.5
 #: How long the killed child may take to be reaped once its whole tree is gone (normally microseconds;
 #: longer means the kernel holds it, and waiting on would hang the supervisor).
 REAP_S = 10.0
-#: The signals that stop the supervisor and its tree: Ctrl-C, ``kill``/``docker stop``, a closed terminal or SSH session.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class State(str, Enum):
@@ -169,7 +167,7 @@ class Supervisor:
         lock = RunLock(self.run_dir)
         lock.acquire()
         self.session = self.run_dir.new_session(time.time())
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
         proctree.become_subreaper()
         code: int = ExitCode.GAVE_UP
         try:
