@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -68,19 +68,21 @@ def _load(yaml_file: Path, shown: str) -> Dict[str, Any]:
     return content
 
 
-def _root(content: Dict[str, Any], yaml_file: Path, cwd: Path, shown: str) -> Path:
+def _root(content: Dict[str, Any], yaml_file: Path, cwd: Path, shown: str) -> Tuple[Path, bool]:
+    """(the dataset root, whether it depends on the working directory), as Ultralytics takes it (no ``~``)."""
     given = content.get("path")
     if not given:
-        return yaml_file.parent
-    root = Path(str(given)).expanduser()
-    if not root.is_absolute():
+        return yaml_file.parent, False
+    root = Path(str(given))
+    from_cwd = not root.is_absolute()
+    if from_cwd:
         root = cwd / root
     if not root.exists():
         raise UserError(
             f"data={shown}: path: {given} does not exist (a relative path: is taken from the folder you run in, "
             f"{cwd}); make it absolute, or leave it out to mean the YAML's own folder"
         )
-    return root.resolve()
+    return root.resolve(), from_cwd
 
 
 def _entry(root: Path, entry: str, allow_parent_retry: bool) -> Path:
@@ -100,7 +102,7 @@ def resolve(data: str, cwd: Optional[Path] = None) -> Dataset:
         missing.append("names")
     if missing:
         raise UserError(f"data={data}: missing {', '.join(missing)}")
-    root = _root(content, yaml_file, cwd, data)
+    root, root_from_cwd = _root(content, yaml_file, cwd, data)
     splits: Dict[str, List[Path]] = {}
     for split in SPLITS:
         value = content.get(split)
@@ -115,7 +117,4 @@ def resolve(data: str, cwd: Optional[Path] = None) -> Dataset:
                 "a YAML's download:); fix the YAML's path:/"
                 f"{split}: or put the images there"
             )
-    given = content.get("path")
-    return Dataset(
-        yaml_file=yaml_file, root=root, splits=splits, root_from_cwd=bool(given) and not Path(str(given)).is_absolute()
-    )
+    return Dataset(yaml_file=yaml_file, root=root, splits=splits, root_from_cwd=root_from_cwd)
