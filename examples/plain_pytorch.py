@@ -19,6 +19,16 @@ bf16 autocast, which is slower than fp32 on CPUs without bf16 matrix units and
 would only make a small example less exact. The checkpoint is loaded onto this
 run's device (``map_location``), so a run resumes on another device than the one
 that wrote it (a GPU run continued on the CPU, or the reverse).
+
+Under torchrun it trains data-parallel: one process per rank, gloo on the CPU
+and nccl on the GPU (rank ``LOCAL_RANK``'s own), DistributedDataParallel and a
+DistributedSampler. Every rank beats (each into its own heartbeat file) and
+loads the checkpoint; rank 0 alone writes it, atomically. ``@record`` hands a
+rank's exception to torchrun's error file, which the supervisor reports::
+
+    python -m trainbox supervise --stall-timeout 60 -- torchrun --nproc-per-node 2 examples/plain_pytorch.py
+
+With several nodes, ``--checkpoint`` must name one file that every node sees.
 """
 
 from __future__ import annotations
@@ -31,8 +41,11 @@ from pathlib import Path
 from typing import Any, ContextManager, Optional
 
 import torch
+import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainbox import faults
 from trainbox.atomic import atomic_writer
@@ -104,9 +117,27 @@ def grad_scaler(enabled: bool) -> Any:
 
 def describe(device: torch.device, dtype: Optional[torch.dtype]) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    return f"training on {device.type} ({name}), {'amp ' + str(dtype).replace('torch.', '') if dtype else 'fp32'}"
+    ranks = f", rank {dist.get_rank()} of {dist.get_world_size()} ({dist.get_backend()})" if dist.is_initialized() else ""
+    return f"training on {device.type} ({name}), {'amp ' + str(dtype).replace('torch.', '') if dtype else 'fp32'}{ranks}"
 
 
+def join_ranks(device: torch.device) -> torch.device:
+    """Under torchrun (``RANK`` set): join the process group; a GPU rank takes GPU ``LOCAL_RANK``. Else nothing."""
+    if "RANK" not in os.environ:
+        return device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
+def is_writer() -> bool:
+    """Whether this process writes the checkpoint: rank 0, or the only process."""
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+@record  # under torchrun: a rank's exception goes into its error file (TORCHELASTIC_ERROR_FILE)
 def main() -> int:
     try:
         return train(parse_args())
@@ -133,6 +164,7 @@ def parse_args() -> argparse.Namespace:
 def train(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     dtype = amp_dtype(device, args.amp)
+    device = join_ranks(device)
     print(describe(device, dtype), flush=True)
     torch.manual_seed(0)
     net = model().to(device)
@@ -149,15 +181,20 @@ def train(args: argparse.Namespace) -> int:
             scaler.load_state_dict(state["scaler"])
         start_epoch = state["epoch"] + 1
         print(f"resumed from {args.checkpoint} at epoch {start_epoch}", flush=True)
-    step_fn = net
+    # DDP starts every rank from rank 0's weights and averages the gradients; `net` stays the plain module, so the
+    # checkpoint is the same with or without torchrun.
+    step_fn = DistributedDataParallel(net) if dist.is_initialized() else net
     if args.compile:
         beat("compile", timeout=args.compile_timeout)
-        step_fn = torch.compile(net)
+        step_fn = torch.compile(step_fn)
 
+    data = Noise(args.samples)
+    sampler = DistributedSampler(data, seed=0) if dist.is_initialized() else None  # each rank its share, reshuffled per epoch
     loader = DataLoader(
-        Noise(args.samples),
+        data,
         batch_size=args.batch,
-        shuffle=True,
+        shuffle=sampler is None,
+        sampler=sampler,
         num_workers=args.workers,
         multiprocessing_context=args.start_method if args.workers else None,
         persistent_workers=args.workers > 0,
@@ -165,6 +202,8 @@ def train(args: argparse.Namespace) -> int:
     )
     step = start_epoch * len(loader)
     for epoch in range(start_epoch, args.epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         for batch, (images, labels) in enumerate(loader):
             images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
             with autocast(device, dtype):
@@ -175,13 +214,15 @@ def train(args: argparse.Namespace) -> int:
             scaler.update()
             step += 1
             beat("train", epoch=epoch, batch=batch, step=step, loss=round(loss.item(), 4))  # the one line
+            faults.point("step", epoch=epoch, step=step)
         beat("save", epoch=epoch, timeout=300)
-        with atomic_writer(args.checkpoint) as handle:
-            torch.save(
-                {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(), "epoch": epoch},
-                handle,
-            )
+        if is_writer():
+            state = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}
+            with atomic_writer(args.checkpoint) as handle:
+                torch.save(dict(state, epoch=epoch), handle)
         print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
     return 0
 
 

@@ -6,7 +6,8 @@ its conditions match the context the site reports::
     TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE ...][;KIND@SITE...]"
     TRAIN_FAULT="sleep@worker,attempt=0,epoch>=2"
 
-``attempt`` is always available (from ``TRAIN_ATTEMPT``). Code declares sites
+``attempt`` is always available (from ``TRAIN_ATTEMPT``), and under torchrun
+``rank`` (from ``RANK``): ``sleep@step,rank=1`` hangs one rank. Code declares sites
 with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
 that is one dictionary lookup.
 
@@ -100,6 +101,11 @@ def crash() -> None:
     os._exit(3)
 
 
+def raise_error() -> None:
+    """Raise, as a training script's bug would (under torchrun, ``@record`` writes it into the error file)."""
+    raise RuntimeError("trainbox fault: injected exception")
+
+
 def finish_during_incident() -> None:
     """Stop beating, then exit 0 as soon as the supervisor starts writing its incident report.
 
@@ -127,6 +133,7 @@ KINDS: Dict[str, Callable[[], None]] = {
     "ignore-sigterm": hang_ignoring_sigterm,
     "setsid": hang_with_setsid_grandchild,
     "crash": crash,
+    "raise": raise_error,
     "sigkill": sigkill_self,
     "finish-during-incident": finish_during_incident,
 }
@@ -186,6 +193,7 @@ def point(site: str, **context: object) -> None:
     if not os.environ.get(FAULT_ENV):
         return
     context.setdefault("attempt", os.environ.get("TRAIN_ATTEMPT", "0"))
+    context.setdefault("rank", os.environ.get("RANK"))
     for fault in armed():
         if fault.matches(site, context):
             KINDS[fault.kind]()

@@ -7,6 +7,13 @@ most once per ``TRAIN_HEARTBEAT_INTERVAL`` seconds (default 1) unless the
 phase or its declared timeout changes, so calling it on every batch costs a
 dictionary update and a clock read.
 
+Under torchrun (``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set, as
+torch.distributed.elastic sets them in every worker, Ultralytics' DDP ranks
+included) each rank beats into its own file, ``RUN_DIR/heartbeats/rank-<RANK>.json``
+(:class:`trainbox.rundir.RunDir`), and every beat carries ``rank``, ``local_rank``,
+``world_size`` and ``local_world_size``: the supervisor follows every rank
+(:mod:`trainbox.ranks`), so one silent rank is not hidden by the others' beats.
+
 Standard library only: this module is imported by the supervisor, by training
 children and by spawned DataLoader workers alike.
 """
@@ -29,6 +36,8 @@ HEARTBEAT_ENV = "TRAIN_HEARTBEAT_FILE"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"
 RUN_DIR_ENV = "TRAIN_RUN_DIR"
 INTERVAL_ENV = "TRAIN_HEARTBEAT_INTERVAL"
+#: What torchrun sets in each worker: its global rank, its rank on this node, and the two world sizes.
+RANK_ENV = {"rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE", "local_world_size": "LOCAL_WORLD_SIZE"}
 
 #: Keys that change on every write and so never count as progress.
 VOLATILE_KEYS = frozenset({"ts", "pid"})
@@ -47,6 +56,12 @@ class _Beater:
         self.last_write = 0.0
         path = os.environ.get(HEARTBEAT_ENV)
         self.path: Optional[Path] = Path(path) if path else None
+        identity = rank_identity()
+        if self.path is not None and identity is not None:
+            # The rank files sit in the run directory beside heartbeat.json, which is RUN_DIR/heartbeat.json.
+            self.path = (run_dir() or RunDir(self.path.parent)).rank_heartbeat(identity["rank"])
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.state.update(identity)
         self.interval = float(os.environ.get(INTERVAL_ENV, "1.0"))
 
     def beat(self, force: bool, phase: Optional[str], timeout: Optional[float], fields: Dict[str, Any]) -> bool:
@@ -68,6 +83,18 @@ class _Beater:
             self.written = dict(self.state)
             self.last_write = now
             return True
+
+
+def rank_identity() -> Optional[Dict[str, int]]:
+    """Under torchrun: this process's ``rank``, ``local_rank``, ``world_size``, ``local_world_size``; else None.
+
+    A launcher that sets no ``LOCAL_WORLD_SIZE`` runs one node: it is the world size then.
+    """
+    values = {key: os.environ.get(name, "") for key, name in RANK_ENV.items()}
+    values["local_world_size"] = values["local_world_size"] or values["world_size"]
+    if not all(value.isdigit() for value in values.values()):
+        return None
+    return {key: int(value) for key, value in values.items()}
 
 
 _beater: Optional[_Beater] = None

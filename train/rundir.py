@@ -2,11 +2,11 @@
 
 ``RunDir(root)`` names the run's files (``run.events``, ``run.state``,
 ``run.last_checkpoint`` ...) and numbered ones (``run.incident(session, attempt)``,
-``run.attempt_log(n)``, ``run.stack_dump(pid)``, each with its folder as
+``run.attempt_log(n)``, ``run.stack_dump(pid)``, ``run.rank_heartbeat(rank)``, each with its folder as
 ``.directory``); ``IncidentDir`` names the
 files of one stall report. Each name is declared once, as an ``Entry`` with the
-path as the README writes it (``<session>``, ``<attempt>``, ``<n>`` and ``<pid>``
-stand for numbers) and one line saying what it holds.
+path as the README writes it (``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` and
+``<rank>`` stand for numbers) and one line saying what it holds.
 
 Incidents are never overwritten or deleted: attempts count from 0 again each
 time a run directory is supervised, so a report is named by the supervisor's
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, List, Tuple, Type, overload
 
-#: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>`` or ``<pid>``.
-PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>")
+#: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` or ``<rank>``.
+PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>", "<rank>")
 
 
 class Documented:
@@ -125,6 +125,10 @@ class RunDir(_Layout):
     events = Entry("events.jsonl", "the run's history, one JSON object per line")
     state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
     heartbeat = Entry("heartbeat.json", "the child's last beat")
+    rank_heartbeat = Numbered(
+        "heartbeats/rank-<rank>.json",
+        "under torchrun: rank `<rank>`'s last beat (its global `RANK`), one file per rank of this node",
+    )
     stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
     incident_dir = Numbered(
         "incidents/<session>-<attempt>/",
@@ -133,6 +137,10 @@ class RunDir(_Layout):
     )
     lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
     attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
+    rank_error = Numbered(
+        "logs/attempt-<n>.torchrun-error.json",
+        "under torchrun: the first failed rank's error (`TORCHELASTIC_ERROR_FILE`; written when its entry point is `@record`)",
+    )
     train = Entry("train/", "Ultralytics' run directory (its `project`/`name`)")
     train_args = Entry("train/args.yaml", "the arguments Ultralytics trained with")
     results = Entry("train/results.csv", "Ultralytics' per-epoch metrics")

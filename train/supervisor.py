@@ -35,7 +35,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from trainbox import errors, heartbeat, incident, interrupt, proctree
+from trainbox import errors, heartbeat, incident, interrupt, proctree, ranks
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
@@ -138,6 +138,7 @@ class Running:
     proc: subprocess.Popen[bytes]
     tree: proctree.ProcessTree
     tee: OutputTee
+    beats: ranks.JobBeats
 
 
 class Supervisor:
@@ -270,6 +271,7 @@ class Supervisor:
                 heartbeat.HEARTBEAT_ENV: str(self.run_dir.heartbeat),
                 heartbeat.ATTEMPT_ENV: str(attempt),
                 heartbeat.RUN_DIR_ENV: str(self.run_dir.root),
+                ranks.ERROR_FILE_ENV: str(self.run_dir.rank_error(attempt)),
                 "TRAIN_STARTUP_TIMEOUT": str(launch.startup_timeout),
                 "PYTHONUNBUFFERED": "1",
             }
@@ -278,7 +280,7 @@ class Supervisor:
 
     def _attempt(self, attempt: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         self.attempt = attempt
-        self.run_dir.heartbeat.unlink(missing_ok=True)
+        ranks.clear(self.run_dir)
         try:
             # Popen from the main thread: the child's death signal is tied to the thread that forked it.
             proc = subprocess.Popen(
@@ -298,7 +300,8 @@ class Supervisor:
             self.counters = self.counters.counted(failed)
             return failed
         tee = OutputTee(proc.stdout, self.run_dir.attempt_log(attempt), self.spec.echo)
-        run = Running(attempt, launch, policy, proc, proctree.ProcessTree(proc.pid), tee)
+        beats = ranks.JobBeats(self.run_dir, policy, time.monotonic())
+        run = Running(attempt, launch, policy, proc, proctree.ProcessTree(proc.pid), tee, beats)
         self._running = run
         launched_at = time.time()
         outcome = Outcome(OutcomeKind.EXITED)
@@ -332,6 +335,7 @@ class Supervisor:
                 first_step_ts=outcome.first_step_ts,
                 last_beat=outcome.last_beat,
                 last_output=tee.tail_lines(5),
+                rank_failure=ranks.failure(self.run_dir.rank_error(attempt), tee.tail().decode(errors="replace")),
             )
             say(f"attempt {attempt} exited with status {outcome.code} after {outcome.beats} beat(s)")
         return outcome
@@ -359,8 +363,6 @@ class Supervisor:
     def _watch(self, run: Running) -> Outcome:
         outcome = Outcome(OutcomeKind.EXITED)
         tree, policy = run.tree, run.policy
-        last_key: Optional[str] = None
-        last_progress = time.monotonic()
         while True:
             if self._stop_signal is not None:
                 self._set_state(State.STOPPING)
@@ -370,11 +372,8 @@ class Supervisor:
                 return outcome
             code = run.proc.poll()
             now = time.monotonic()
-            record = heartbeat.read(self.run_dir.heartbeat)
-            key = heartbeat.progress_key(record)
-            if key is not None and key != last_key:
-                policy.observe(outcome.last_beat, now - last_progress)
-                last_key, last_progress = key, now
+            record = run.beats.poll(now)  # the newest beat that made progress: of any rank, under torchrun
+            if record is not None:
                 outcome.beats += 1
                 outcome.last_beat = record
                 wall = time.time()
@@ -387,9 +386,10 @@ class Supervisor:
             if code is not None:
                 outcome.code = code
                 return outcome
-            budget = policy.current(outcome.last_beat)
-            silent = now - last_progress
+            lagging = run.beats.lagging(now)  # the job is as far as its slowest rank (or its one process)
+            budget, silent = lagging.budget, lagging.silent_s
             if silent > budget.seconds:
+                outcome.last_beat = lagging.beat or outcome.last_beat  # under torchrun: the silent rank's
                 return self._stalled(run, outcome, budget, silent)
             tree.scan()
             self._publish(
@@ -404,6 +404,7 @@ class Supervisor:
     def _stalled(self, run: Running, outcome: Outcome, budget: Budget, silent_s: float) -> Outcome:
         attempt, launch = run.attempt, run.launch
         budget_name, budget_s = budget.name, budget.seconds
+        by_rank = run.beats.report(time.monotonic())  # under torchrun: silent_ranks and each rank's last beat
         outcome.kind = OutcomeKind.STALLED
         self.counters = self.counters.counted(outcome)
         self._set_state(State.STALLED)
@@ -427,6 +428,7 @@ class Supervisor:
                     "budget_s": budget_s,
                     "silent_s": round(silent_s, 3),
                     "phase": phase,
+                    **by_rank,
                 },
                 last_beat=outcome.last_beat,
                 output_tail=run.tee.tail(),
@@ -466,6 +468,7 @@ class Supervisor:
             first_step_ts=outcome.first_step_ts,
             last_beat=outcome.last_beat,
             code_before_kill=code_before_kill,
+            silent_ranks=by_rank.get("silent_ranks"),
             **written,
         )
         if stuck is not None:

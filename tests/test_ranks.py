@@ -1,0 +1,102 @@
+"""torchrun jobs under the supervisor: every rank beats, a silent rank is a stall, a failed rank is named.
+
+Real torchrun (``python -m torch.distributed.run``) with 2 ranks on the CPU and
+gloo, faults from train/faults.py armed for one rank (``rank=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from tests.supervised import REPO, Finished, faulty_child, survivors, train_cli
+from trainbox.rundir import RunDir
+
+#: torchrun, as the console script runs it (the console script of this venv's torch).
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+EXAMPLE = str(REPO / "examples" / "plain_pytorch.py")
+#: 4 batches per rank and epoch, no DataLoader workers: a DDP epoch takes about a second.
+TINY = ["--samples", "64", "--batch", "8", "--workers", "0"]
+
+
+def supervise(run_dir: Path, command: List[str], fault: str, stall_timeout: float = 5) -> Finished:
+    options = ["--startup-timeout", "90", "--stall-timeout", str(stall_timeout), "--grace", "5", "--backoff", "0.5"]
+    args = ["supervise", "--run-dir", str(run_dir), *options, "--quiet", "--", *command]
+    result = train_cli(args, run_dir, {"TRAIN_FAULT": fault})
+    assert not survivors(run_dir), f"processes of the job outlived it: {survivors(run_dir)}"
+    return result
+
+
+def rank_pids(stall: Dict[str, object]) -> Dict[int, int]:
+    """Each rank's pid, from the incident's per-rank last beats."""
+    summary = json.loads((Path(str(stall["incident"])) / "summary.json").read_text())
+    return {int(rank): entry["last_beat"]["pid"] for rank, entry in summary["ranks"].items() if entry["last_beat"]}
+
+
+def test_one_silent_rank_is_a_stall_while_the_other_beats(tmp_path: Path) -> None:
+    beating = faulty_child("--steps", "100", "--interval", "0.1")[1:]  # rank 0 beats for 10 s, well past the budget
+    result = supervise(tmp_path, [*TORCHRUN, "--nproc-per-node", "2", *beating], "sleep@step,rank=1,step=5,attempt=0", 3)
+
+    assert result.code == 0, result.stderr
+    assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
+    stall = result.of("stall")[0]
+    assert stall["silent_ranks"] == [1], "rank 0 kept beating: only rank 1 is silent"
+    assert stall["silent_s"] < stall["budget_s"] + 2, "found within its budget (and one poll)"
+    assert stall["last_beat"]["rank"] == 1 and stall["last_beat"]["step"] == 5
+    summary = json.loads((result.incident() / "summary.json").read_text())
+    assert summary["silent_ranks"] == [1] and set(summary["ranks"]) == {"0", "1"}
+    assert summary["ranks"]["0"]["last_beat"]["step"] > 5, "each rank's last beat"
+    pids = rank_pids(stall)
+    stacks = {pid: (result.incident() / "stacks" / f"{pid}.txt").read_text() for pid in pids.values()}
+    assert "hang_sleep" in stacks[pids[1]] and "hang_sleep" not in stacks[pids[0]]
+
+
+def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tmp_path: Path) -> None:
+    command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "2"]
+    result = supervise(tmp_path, command, "sleep@step,rank=1,epoch=1,attempt=0")
+
+    assert result.code == 0, result.stderr
+    assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
+    stall = result.of("stall")[0]
+    # Rank 0 waits for rank 1 in DDP's gradient all-reduce, so it goes silent too: both may be past their budget.
+    assert 1 in stall["silent_ranks"], stall
+    assert stall["silent_s"] < stall["budget_s"] + 2
+    pids = rank_pids(stall)
+    assert set(pids) == {0, 1}
+    stacks = {rank: (result.incident() / "stacks" / f"{pid}.txt").read_text() for rank, pid in pids.items()}
+    assert "hang_sleep" in stacks[1], "the hung rank, in user code"
+    assert "hang_sleep" not in stacks[0] and "backward" in stacks[0], "the other rank, waiting for it in backward's all-reduce"
+    processes = json.loads((result.incident() / "processes.json").read_text())
+    assert len(processes) == 3, "the torchrun agent and both ranks"
+    resumed = RunDir(tmp_path).attempt_log(1).read_text()
+    assert resumed.count(f"resumed from {tmp_path / 'plain.pt'} at epoch 1") == 2, "every rank resumed from the checkpoint"
+    assert resumed.count("epoch 1 loss") == 2
+
+
+def test_a_rank_that_raises_is_named_in_the_crash_event(tmp_path: Path) -> None:
+    command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "1"]
+    result = supervise(tmp_path, command, "raise@step,rank=1,step=2,attempt=0")
+
+    assert result.code == 0, result.stderr
+    assert result.kinds() == ["start", "crash", "restart", "start", "exit"]
+    crash = result.of("crash")[0]
+    assert crash["code"] == 1, "torchrun's own status when a rank failed"
+    failure = crash["rank_failure"]
+    assert failure["rank"] == 1 and failure["local_rank"] == 1 and failure["exitcode"] == 1, failure
+    assert failure["error"] == "RuntimeError: trainbox fault: injected exception", "from the error file @record wrote"
+    assert RunDir(tmp_path).rank_error(0).exists()
+
+
+@pytest.mark.parametrize("kind, exitcode", [("crash", 3), ("sigkill", -9)])
+def test_a_rank_that_exits_without_record_is_named_by_its_exit_code(tmp_path: Path, kind: str, exitcode: int) -> None:
+    beating = faulty_child("--steps", "30", "--interval", "0.05")[1:]
+    result = supervise(tmp_path, [*TORCHRUN, "--nproc-per-node", "2", *beating], f"{kind}@step,rank=0,step=3,attempt=0")
+
+    assert result.code == 0, result.stderr
+    assert result.kinds() == ["start", "crash", "restart", "start", "exit"]
+    failure = result.of("crash")[0]["rank_failure"]
+    assert failure == {"rank": 0, "local_rank": 0, "exitcode": exitcode, "error": None}, failure
