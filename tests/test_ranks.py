@@ -7,13 +7,15 @@ gloo, faults from train/faults.py armed for one rank (``rank=1``).
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 
-from tests.supervised import REPO, Finished, faulty_child, survivors, train_cli
+from tests.supervised import REPO, Finished, faulty_child, read_events, start_cli, survivors, train_cli
 from trainbox.rundir import RunDir
 
 #: torchrun, as the console script runs it (the console script of this venv's torch).
@@ -100,3 +102,53 @@ def test_a_rank_that_exits_without_record_is_named_by_its_exit_code(tmp_path: Pa
     assert result.kinds() == ["start", "crash", "restart", "start", "exit"]
     failure = result.of("crash")[0]["rank_failure"]
     assert failure == {"rank": 0, "local_rank": 0, "exitcode": exitcode, "error": None}, failure
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_two_nodes_one_stalls_and_restarts_and_the_other_rejoins(tmp_path: Path) -> None:
+    """Two "nodes" on this machine: a supervisor each, one rank each, rendezvous on 127.0.0.1, gloo.
+
+    Node b hosts the rendezvous store (``is_host=1``); node a's rank hangs in
+    epoch 1. Node a's supervisor ends its torchrun and restarts it; node b's
+    rank loses its peer, and node b's agent (``--max-restarts``) restarts it into
+    the new rendezvous round. Both resume from the one checkpoint and finish.
+    """
+    shared = tmp_path / "shared" / "plain.pt"
+    shared.parent.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+
+    def node(name: str, host: int, stall_timeout: int, fault: str) -> Tuple[Path, subprocess.Popen]:
+        run_dir = tmp_path / name
+        torchrun = [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+        torchrun += ["--rdzv-id", "two-nodes", "--rdzv-conf", f"is_host={host}", "--max-restarts", "3"]
+        options = ["--startup-timeout", "120", "--stall-timeout", str(stall_timeout), "--grace", "5", "--backoff", "0.5"]
+        args = ["supervise", "--run-dir", str(run_dir), *options, "--quiet", "--", *torchrun]
+        example = [EXAMPLE, *TINY, "--epochs", "2", "--checkpoint", str(shared)]
+        return run_dir, start_cli([*args, *example], {"TRAIN_FAULT": fault} if fault else None, stderr=subprocess.PIPE)
+
+    b_dir, b = node("b", 1, 60, "")  # a budget node a's restart fits in: node b must not restart itself
+    a_dir, a = node("a", 0, 5, "sleep@step,epoch=1,attempt=0")
+    try:
+        for proc in (a, b):
+            assert proc.wait(timeout=300) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    finally:
+        for proc in (a, b):
+            proc.kill()
+    assert [e["event"] for e in read_events(a_dir)] == ["start", "stall", "restart", "start", "exit"]
+    assert [e["event"] for e in read_events(b_dir)] == ["start", "exit"], "node b's supervisor restarted nothing"
+    b_log = RunDir(b_dir).attempt_log(0).read_text()
+    assert f"resumed from {shared} at epoch 1" in b_log, "node b's rank was restarted by its agent, from the checkpoint"
+    assert f"resumed from {shared} at epoch 1" in RunDir(a_dir).attempt_log(1).read_text()
+    assert torch_load_epoch(shared) == 1, "the job finished its 2 epochs"
+    assert not survivors(a_dir) and not survivors(b_dir)
+
+
+def torch_load_epoch(checkpoint: Path) -> int:
+    import torch
+
+    return int(torch.load(checkpoint, weights_only=True)["epoch"])
