@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import pickle
 import signal
 import time
@@ -129,3 +130,23 @@ def test_indices_carry_the_epoch_and_batch_they_are_fetched_for() -> None:
     assert [(batch[0].epoch, batch[0].batch) for batch in got] == [(3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 3)]
     copy = pickle.loads(pickle.dumps(got[4][1]))  # as it travels to a worker
     assert (int(copy), copy.epoch, copy.batch) == (3, 4, 2)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_ddp_ranks_share_is_the_distributed_samplers(ranks: int) -> None:
+    """Each rank trains its DistributedSampler share of the epoch's order: the same number of batches on every rank."""
+    from torch.utils.data import DistributedSampler
+
+    from trainbox.yolo.position import PositionedBatchSampler, epoch_order
+
+    size, batch = 10, 2
+    order = epoch_order(size, 0, 0, True)
+    shares = []
+    for rank in range(ranks):
+        sampler = PositionedBatchSampler(size, batch, 0, True, shard=(rank, ranks))
+        share = [int(i) for chunk in itertools.islice(iter(sampler), len(sampler)) for i in chunk]
+        expected = [order[i] for i in DistributedSampler(range(size), num_replicas=ranks, rank=rank, shuffle=False)]
+        assert share == expected
+        assert len(sampler) == math.ceil(math.ceil(size / ranks) / batch)
+        shares.append(share)
+    assert len({len(share) for share in shares}) == 1 and set().union(*shares) == set(range(size))

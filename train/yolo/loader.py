@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from torch.utils.data import DataLoader, RandomSampler, Sampler, get_worker_info
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler, get_worker_info
 from ultralytics.data.build import InfiniteDataLoader
 from ultralytics.utils import LOGGER
 
@@ -202,7 +202,8 @@ def rebuild(
 
     ``workers`` is capped at the number of batches (more processes than batches never help).
     A training loader gets the positioned sampler and per-sample seeds of
-    ``trainbox.yolo.position`` (mid-epoch resume; same order for any worker count).
+    ``trainbox.yolo.position`` (mid-epoch resume; same order for any worker count;
+    a DDP rank's loader, whose sampler Ultralytics made a DistributedSampler, its share).
     """
     batches = len(base)  # Ultralytics' loaders count batches
     options: Dict[str, Any] = {}
@@ -210,8 +211,11 @@ def rebuild(
         options["pin_memory_device"] = base.pin_memory_device
     if train:
         shuffle = isinstance(base.sampler, RandomSampler)
+        shard = (0, 1)
+        if isinstance(base.sampler, DistributedSampler):  # a DDP rank: its share of the epoch
+            shuffle, shard = base.sampler.shuffle, (base.sampler.rank, base.sampler.num_replicas)
         size = len(base.dataset)  # type: ignore[arg-type]  # Ultralytics' datasets are sized
-        positioned = PositionedBatchSampler(size, base.batch_size or 1, seed, shuffle, base.drop_last)
+        positioned = PositionedBatchSampler(size, base.batch_size or 1, seed, shuffle, base.drop_last, shard)
         options.update(dataset=SeededSamples(base.dataset, seed), positioned=positioned)
     else:
         options.update(dataset=base.dataset)

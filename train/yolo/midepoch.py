@@ -24,6 +24,11 @@ gradient accumulation are recomputed from the true iteration in
 ``preprocess_batch``; the accumulation countdown, which Ultralytics keeps in
 a local variable, is matched by adjusting ``accumulate`` until its next
 optimizer step; the epoch's running loss is recomputed after each batch.
+
+Under DDP (``device=0,1``) every rank keeps the same position (each trains the
+same number of batches of its share) and loads the same file; rank 0 alone
+writes it, with the model unwrapped from DistributedDataParallel so the file
+is the same as a single device's.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
-from ultralytics.utils import LOGGER
+from torch.nn.parallel import DistributedDataParallel
+from ultralytics.utils import LOGGER, RANK
 
 from trainbox import faults
 from trainbox.atomic import atomic_writer
@@ -64,6 +70,11 @@ def position_of(ckpt: Dict[str, Any]) -> Optional[Position]:
     """The mid-epoch position a checkpoint continues from, None for an epoch-end checkpoint."""
     extras = ckpt.get("trainbox") if isinstance(ckpt, dict) else None
     return Position(**extras["position"]) if extras else None
+
+
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside DistributedDataParallel (a DDP rank's ``trainer.model``); any other model as it is."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def _float_state(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -206,7 +217,8 @@ class MidEpoch:
         self.batches_since_save += 1
         next_batch = done + 1
         since = time.monotonic() - self.last_save
-        if self.stepped and next_batch < len(trainer.train_loader) and self.cadence.due(since, self.batches_since_save):
+        due = self.cadence.due(since, self.batches_since_save)
+        if self.stepped and next_batch < len(trainer.train_loader) and due and RANK in (-1, 0):  # DDP: rank 0 writes
             self.save(trainer, Position(trainer.epoch, next_batch))
 
     # -- writing and reading -------------------------------------------------------
@@ -228,7 +240,7 @@ class MidEpoch:
             "date": datetime.now().astimezone().isoformat(),
             "trainbox": {
                 "position": position.to_dict(),
-                "model": _float_state(trainer.model),
+                "model": _float_state(_unwrapped(trainer.model)),
                 "ema": _float_state(ema),
                 "tloss": self.tloss,
                 "rng": _rng_state(),
@@ -252,7 +264,7 @@ class MidEpoch:
         """Continue exactly where ``ckpt`` was written (called instead of Ultralytics' resume_training)."""
         extras = ckpt["trainbox"]
         trainer._load_checkpoint_state(ckpt)
-        trainer.model.load_state_dict(extras["model"])
+        _unwrapped(trainer.model).load_state_dict(extras["model"])
         trainer.ema.ema.load_state_dict(extras["ema"])
         trainer.start_epoch = extras["position"]["epoch"]
         self.resume_at = Position(**extras["position"])

@@ -95,11 +95,22 @@ class PositionedBatchSampler(Sampler):
     ``len()`` is the number of batches in a full epoch. ``seek()`` decides
     where the next ``iter()`` starts; an iteration already running carries
     on into the following epochs in order (a persistent loader's prefetch).
+
+    ``shard=(rank, ranks)``: a DDP rank's share of each epoch's order, as
+    PyTorch's DistributedSampler takes it (the order padded from its start to
+    a multiple of ``ranks``, then every ``ranks``-th sample from ``rank``), so
+    every rank trains the same number of batches and a position means the
+    same on all of them.
     """
 
-    def __init__(self, size: int, batch_size: int, seed: int, shuffle: bool, drop_last: bool = False) -> None:
+    def __init__(
+        self, size: int, batch_size: int, seed: int, shuffle: bool, drop_last: bool = False, shard: Tuple[int, int] = (0, 1)
+    ) -> None:
         if size <= 0 or batch_size <= 0:
             raise ValueError(f"need samples and a batch size, got size={size}, batch_size={batch_size}")
+        self.rank, self.ranks = shard
+        self.total = size
+        size = -(-size // self.ranks)  # this rank's samples per epoch
         self.size = size
         self.batch_size = batch_size
         self.seed = seed
@@ -111,6 +122,13 @@ class PositionedBatchSampler(Sampler):
         full, rest = divmod(self.size, self.batch_size)
         return full if self.drop_last or not rest else full + 1
 
+    def share(self, order: List[int]) -> List[int]:
+        """This rank's part of an epoch's order (all of it without DDP)."""
+        if self.ranks == 1:
+            return order
+        padded = order + order[: self.size * self.ranks - len(order)]
+        return padded[self.rank :: self.ranks]
+
     def seek(self, position: Position) -> None:
         if not 0 <= position.batch < len(self):
             raise ValueError(f"batch {position.batch} is outside an epoch of {len(self)} batches")
@@ -119,7 +137,7 @@ class PositionedBatchSampler(Sampler):
     def __iter__(self) -> Iterator[List[TaggedIndex]]:
         epoch, start = self.position.epoch, self.position.batch
         while True:
-            order = epoch_order(self.size, self.seed, epoch, self.shuffle)
+            order = self.share(epoch_order(self.total, self.seed, epoch, self.shuffle))
             for batch in range(start, len(self)):
                 chunk = order[batch * self.batch_size : (batch + 1) * self.batch_size]
                 yield [TaggedIndex(index, epoch + 1, batch + 1) for index in chunk]

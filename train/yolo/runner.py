@@ -105,6 +105,7 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
         compile=settings.compile,
         resume=str(resume_from) if resume_from else False,
     )
+    settings.publish()  # for the ranks of a DDP run (device=0,1), which Ultralytics starts through torchrun
     trainer = functools.partial(ProfiledDetectionTrainer, settings=settings)
     YOLO(model).train(trainer=trainer, **args)
     verb = f"resumed from {resume_from.name} and completed" if resume_from else "completed"

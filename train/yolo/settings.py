@@ -1,8 +1,17 @@
-"""What one attempt applies: the profile, with the ``workers``/``val``/``amp``/``compile`` overrides (no torch here)."""
+"""What one attempt applies: the profile, with the ``workers``/``val``/``amp``/``compile`` overrides (no torch here).
+
+The settings reach Ultralytics' DDP ranks through the environment
+(``TRAIN_RUN_SETTINGS``, JSON): ``device=0,1`` makes Ultralytics start
+``torch.distributed.run`` on a generated script that rebuilds the trainer
+class with Ultralytics' arguments only, and every rank inherits the launcher's
+environment.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -27,6 +36,25 @@ class RunSettings:
     midepoch_checkpoint_s: float = 0.0
     midepoch_checkpoint_batches: int = 0
     network_log: Optional[Path] = None
+
+    def publish(self) -> None:
+        """Put these settings into this process's environment, for the DDP ranks it starts (:func:`inherited`)."""
+        os.environ[SETTINGS_ENV] = json.dumps(dataclasses.asdict(self), default=str)
+
+
+#: Where a DDP rank finds its attempt's settings (written by :meth:`RunSettings.publish`).
+SETTINGS_ENV = "TRAIN_RUN_SETTINGS"
+
+
+def inherited() -> RunSettings:
+    """The settings the launcher published (in a DDP rank); RuntimeError when there are none."""
+    text = os.environ.get(SETTINGS_ENV)
+    if not text:
+        raise RuntimeError(f"no {SETTINGS_ENV} in the environment: a trainbox DDP rank is started by `trainbox run`")
+    fields = json.loads(text)
+    if fields.get("network_log") is not None:
+        fields["network_log"] = Path(fields["network_log"])
+    return RunSettings(**fields)
 
 
 def from_profile(

@@ -16,7 +16,17 @@ fault site (right after each in-training validation, context ``epoch``),
 writes every checkpoint atomically (``checkpoint``), including the final
 ``strip_optimizer`` writes, and writes and continues from mid-epoch
 checkpoints (``midepoch``: ``preprocess_batch`` and ``optimizer_step`` are its
-hooks into Ultralytics' loop). Single device only (no DDP).
+hooks into Ultralytics' loop).
+
+DDP (``device=0,1``): Ultralytics' launcher pickles ``type(trainer)``, its
+arguments and its callbacks into a generated script that
+``torch.distributed.run`` starts once per rank (``ultralytics.utils.dist``),
+and each rank rebuilds this class without ``settings``: it takes them from the
+environment (:func:`trainbox.yolo.settings.inherited`), installs the network
+guard and switches settings sync off as the runner did in the launcher, and
+beats into its own heartbeat file. The launcher hands the ranks Ultralytics'
+callbacks only (each rank attaches its own trainbox ones). Rank 0 alone writes
+checkpoints; each rank's loader takes its share of the epoch's order.
 """
 
 from __future__ import annotations
@@ -31,9 +41,9 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import LOGGER
 
 from trainbox import faults
-from trainbox.yolo import checkpoint, loader, midepoch
+from trainbox.yolo import checkpoint, loader, midepoch, offline
 from trainbox.yolo.beats import TrainingBeats
-from trainbox.yolo.settings import RunSettings
+from trainbox.yolo.settings import RunSettings, inherited
 
 
 def apply_cpu_threads(threads: Optional[int]) -> int:
@@ -53,9 +63,16 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         overrides: Optional[Dict[str, Any]] = None,
         _callbacks: Optional[Dict[str, Any]] = None,
         *,
-        settings: RunSettings,
+        settings: Optional[RunSettings] = None,
     ) -> None:
         super().__init__(cfg, overrides, _callbacks)
+        #: Ultralytics' own callbacks: what a DDP launch hands its ranks (see ``train``).
+        self.ultralytics_callbacks = {event: list(functions) for event, functions in self.callbacks.items()}
+        if settings is None:  # a DDP rank, rebuilt by Ultralytics' generated script
+            settings = inherited()
+            if settings.network_log is not None:
+                offline.install_network_guard(settings.network_log)
+            offline.disable_settings_sync()
         self.settings = settings
         self.args.workers = settings.workers
         self.args.val = settings.val
@@ -73,6 +90,16 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         self.add_callback("on_train_batch_end", self.midepoch.on_train_batch_end)
         self.add_callback("on_train_end", self.midepoch.on_train_end)
         self.add_callback("on_val_start", self._before_validation)
+
+    def train(self) -> Any:
+        """Ultralytics' train; a DDP launch hands the ranks only Ultralytics' callbacks."""
+        if self.ddp:
+            self.hand_over_to_ranks()
+        return super().train()
+
+    def hand_over_to_ranks(self) -> None:
+        """Before Ultralytics pickles this trainer for its DDP ranks: each rank attaches its own trainbox callbacks."""
+        self.callbacks = self.ultralytics_callbacks
 
     def _before_validation(self, validator: Any) -> None:
         apply_cpu_threads(self.settings.cpu_threads)
