@@ -56,11 +56,15 @@ def span(stat: Dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
     return f"{stat['median'] * scale:.{digits}f} [{stat['min'] * scale:.{digits}f}–{stat['max'] * scale:.{digits}f}]"
 
 
+def cli_env(env: Dict[str, str]) -> Dict[str, str]:
+    """This environment, with this checkout's trainbox importable and ``env`` on top."""
+    return dict(os.environ, PYTHONPATH=str(REPO), **env)
+
+
 def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:
-    full = dict(os.environ, PYTHONPATH=str(REPO), **env)
     return subprocess.run(
         [sys.executable, "-m", "trainbox", *args],
-        env=full,
+        env=cli_env(env),
         cwd=REPO,
         timeout=timeout,
         stdout=subprocess.DEVNULL,

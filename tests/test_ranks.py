@@ -57,6 +57,21 @@ def test_one_silent_rank_is_a_stall_while_the_other_beats(tmp_path: Path) -> Non
     assert "hang_sleep" in stacks[pids[1]] and "hang_sleep" not in stacks[pids[0]]
 
 
+def test_a_ranks_setsid_child_ends_with_the_job(tmp_path: Path) -> None:
+    """torchrun ends a rank with killpg; the rank's child in its own session is ended by the supervisor."""
+    beating = faulty_child("--steps", "100", "--interval", "0.1")[1:]
+    result = supervise(tmp_path, [*TORCHRUN, "--nproc-per-node", "2", *beating], "setsid@step,rank=1,step=5,attempt=0", 3)
+
+    assert result.code == 0, result.stderr
+    stall = result.of("stall")[0]
+    assert stall["silent_ranks"] == [1]
+    processes = json.loads((result.incident() / "processes.json").read_text())
+    rank = rank_pids(stall)[1]
+    escaped = [p for p in processes if p["ppid"] == rank and p["sid"] != next(q["sid"] for q in processes if q["pid"] == rank)]
+    assert len(escaped) == 1, "the rank's child left its session"
+    assert "hang_with_setsid_grandchild" in (result.incident() / "stacks" / f"{rank}.txt").read_text()
+
+
 def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tmp_path: Path) -> None:
     command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "2"]
     result = supervise(tmp_path, command, "sleep@step,rank=1,epoch=1,attempt=0")
