@@ -7,6 +7,7 @@ gloo, faults from train/faults.py armed for one rank (``rank=1``).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from typing import Dict, List, Tuple
 import pytest
 
 from tests.supervised import REPO, Finished, faulty_child, read_events, start_cli, survivors, train_cli
+from trainbox import ranks
+from trainbox.budgets import BudgetPolicy
 from trainbox.rundir import RunDir
 
 #: torchrun, as the console script runs it (the console script of this venv's torch).
@@ -37,6 +40,49 @@ def rank_pids(stall: Dict[str, object]) -> Dict[int, int]:
     """Each rank's pid, from the incident's per-rank last beats."""
     summary = json.loads((Path(str(stall["incident"])) / "summary.json").read_text())
     return {int(rank): entry["last_beat"]["pid"] for rank, entry in summary["ranks"].items() if entry["last_beat"]}
+
+
+def write_beat(run: RunDir, rank: int, pid: int, step: int) -> None:
+    """What ``beat()`` writes for ``rank`` of a node of 2 ranks."""
+    path = run.rank_heartbeat(rank)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"rank": rank, "local_rank": rank % 2, "local_world_size": 2, "pid": pid, "step": step, "ts": 0}))
+
+
+def ended_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_slowest_rank_decides_and_ended_ranks_are_left_out(tmp_path: Path) -> None:
+    run, alive = RunDir(tmp_path), os.getpid()
+    beats = ranks.JobBeats(run, BudgetPolicy(startup_s=100, stall_s=10, factor=0, floor_s=1, min_samples=20), started=0.0)
+    assert [(s.rank, s.budget.name) for s in beats.standings(1.0)] == [(None, "startup")], "no rank yet: the one process"
+
+    write_beat(run, 0, alive, step=1)
+    assert beats.poll(1.0) is not None
+    assert [(s.rank, s.budget.name, s.silent_s) for s in beats.standings(5.0)] == [(0, "stall", 4.0), (1, "startup", 5.0)]
+    write_beat(run, 1, alive, step=1)
+    beats.poll(6.0)
+    write_beat(run, 0, alive, step=2)
+    beats.poll(15.0)
+    assert beats.poll(16.0) is None, "nothing new"
+    slowest = beats.lagging(17.0)
+    assert (slowest.rank, slowest.silent_s, slowest.budget.name) == (1, 11.0, "stall")
+    assert beats.report(17.0)["silent_ranks"] == [1]
+
+    write_beat(run, 1, ended_pid(), step=3)  # rank 1 finished; rank 0 goes on (validating alone, say)
+    beats.poll(18.0)
+    assert [s.rank for s in beats.standings(18.0)] == [0]
+    write_beat(run, 0, ended_pid(), step=3)  # now both: torchrun is restarting the node's ranks
+    beats.poll(20.0)
+    assert [(s.rank, s.budget.name, s.silent_s) for s in beats.standings(30.0)] == [(0, "startup", 10.0), (1, "startup", 10.0)]
+
+    write_beat(run, 2, alive, step=3)  # the next rendezvous round numbered this node's ranks 2 and 3
+    beats.poll(31.0)
+    assert [(s.rank, s.budget.name) for s in beats.standings(32.0)] == [(2, "stall"), (3, "startup")]
 
 
 def test_one_silent_rank_is_a_stall_while_the_other_beats(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from trainbox.container import dotenv, status
 from trainbox.errors import UserError
+from trainbox.rundir import RunDir
 
 NOW = 1_800_000_000.0
 
@@ -35,6 +36,16 @@ def test_progress_and_eta(tmp_path: Path) -> None:
     assert progress.batches_per_epoch == 10  # (25 - 5) steps over 2 finished epochs
     assert progress.eta_s() == pytest.approx((100 - 25) * 16 / 32.0)
     assert (progress.count("restart"), progress.count("stall"), progress.count("crash")) == (1, 1, 0)
+
+
+def test_under_torchrun_the_lowest_ranks_beat_is_the_progress(tmp_path: Path) -> None:
+    run = make_run(tmp_path)  # its heartbeat.json: the launcher's (Ultralytics' DDP launcher beats only its setup)
+    (run / "heartbeat.json").write_text(json.dumps({"phase": "setup", "ts": NOW - 60}))
+    files = RunDir(run).rank_heartbeat
+    files.directory.mkdir()
+    for rank, step in ((3, 24), (2, 25)):
+        files(rank).write_text(json.dumps({"rank": rank, "epoch": 3, "batch": 5, "step": step}))
+    assert status.read(run).beat["rank"] == 2, "this node's lowest rank"
 
 
 def test_render_with_deadline(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """``invoke status``: where a run stands, from its run directory on the host.
 
 Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls),
-``heartbeat.json`` (epoch, batch, throughput) and Ultralytics' ``args.yaml``
+``heartbeat.json`` (epoch, batch, throughput; under torchrun the lowest rank's
+``heartbeats/rank-<rank>.json``) and Ultralytics' ``args.yaml``
 (epochs, batch size); the ETA counts training batches only.
 """
 
@@ -63,6 +64,14 @@ def _json(path: Path) -> Dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _lowest_rank_beat(run: RunDir) -> Dict[str, Any]:
+    """Under torchrun: the last beat of the lowest rank of this node (rank 0 on the first node); else empty."""
+    directory = run.rank_heartbeat.directory
+    beats = [_json(path) for path in directory.iterdir()] if directory.is_dir() else []
+    ranked = [beat for beat in beats if isinstance(beat.get("rank"), int)]
+    return min(ranked, key=lambda beat: beat["rank"]) if ranked else {}
+
+
 def read(run_dir: Path) -> Progress:
     """Collect a run directory's files; a directory that is not a run is a UserError."""
     if not run_dir.is_dir():
@@ -76,7 +85,7 @@ def read(run_dir: Path) -> Progress:
     checkpoint = run.last_checkpoint
     return Progress(
         state=_json(run.state),
-        beat=_json(run.heartbeat),
+        beat=_lowest_rank_beat(run) or _json(run.heartbeat),
         events=read_events(run.events),
         epochs=args.get("epochs"),
         batch_size=args.get("batch"),
