@@ -3,7 +3,9 @@
 ``RUN_DIR/incidents/<session>-<attempt>/`` (named by :class:`trainbox.rundir.RunDir`) holds:
 
 * ``summary.json``: which budget ran out, how long the child was silent, the
-  last beat, and how each process's stack was obtained;
+  last beat, and how each process's stack was obtained; under torchrun also
+  ``silent_ranks`` and each rank's silence, budget and last beat (:mod:`trainbox.ranks`),
+  whose ``pid`` names that rank's stack file;
 * ``processes.json`` and ``processes.txt``: the tree with states, CPU times, threads;
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
