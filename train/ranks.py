@@ -45,6 +45,14 @@ from trainbox.rundir import RunDir
 #: Where torchrun (torch.distributed.elastic) writes the first failed rank's error, when its entry point is ``@record``.
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 
+#: What the supervisor's child gets unless the user's environment says otherwise. torchrun's c10d
+#: rendezvous shares its TCP store with the ranks by default, and then an agent that was rank 0 of
+#: the last round and stays rank 0 never publishes the next round's master address: a node that the
+#: supervisor restarted and that rejoins waits for it until the rendezvous times out (60 s) and both
+#: torchruns fail (torch 2.x, ``DynamicRendezvousHandler.next_rendezvous``). Without the sharing,
+#: rank 0 publishes it in every round.
+TORCHRUN_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
 
 @dataclass
 class Track:

@@ -264,7 +264,7 @@ class Supervisor:
         return self._stop_signal is not None
 
     def _child_env(self, attempt: int, launch: Launch) -> Dict[str, str]:
-        env = dict(os.environ)
+        env = dict(ranks.TORCHRUN_DEFAULTS, **os.environ)
         env.update(launch.env)
         env.update(
             {
