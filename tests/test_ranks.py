@@ -1,7 +1,8 @@
 """torchrun jobs under the supervisor: every rank beats, a silent rank is a stall, a failed rank is named.
 
 Real torchrun (``python -m torch.distributed.run``) with 2 ranks on the CPU and
-gloo, faults from train/faults.py armed for one rank (``rank=1``).
+gloo, faults from train/faults.py armed for one rank (``rank=1``): the beating child of
+train/faults.py, and examples/plain_pytorch.py training with DDP (marked ``training``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def test_a_ranks_setsid_child_ends_with_the_job(tmp_path: Path) -> None:
     assert "hang_with_setsid_grandchild" in (result.incident() / "stacks" / f"{rank}.txt").read_text()
 
 
+@pytest.mark.training  # the example trains with torch (DDP, gloo)
 def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tmp_path: Path) -> None:
     command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "2"]
     result = supervise(tmp_path, command, "sleep@step,rank=1,epoch=1,attempt=0")
@@ -140,6 +142,7 @@ def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tm
     assert resumed.count("epoch 1 loss") == 2
 
 
+@pytest.mark.training  # the example trains with torch (DDP, gloo)
 def test_a_rank_that_raises_is_named_in_the_crash_event(tmp_path: Path) -> None:
     command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "1"]
     result = supervise(tmp_path, command, "raise@step,rank=1,step=2,attempt=0")
@@ -171,6 +174,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.training  # the example trains with torch (DDP, gloo)
 def test_two_nodes_one_stalls_and_restarts_and_the_other_rejoins(tmp_path: Path) -> None:
     """Two "nodes" on this machine: a supervisor each, one rank each, rendezvous on 127.0.0.1, gloo.
 
