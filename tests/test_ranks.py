@@ -85,6 +85,11 @@ def test_the_slowest_rank_decides_and_ended_ranks_are_left_out(tmp_path: Path) -
     beats.poll(31.0)
     assert [(s.rank, s.budget.name) for s in beats.standings(32.0)] == [(2, "stall"), (3, "startup")]
 
+    run.rank_heartbeat(7).write_text(json.dumps({"rank": "7", "pid": alive}))  # garbage: no rank's beat
+    run.rank_heartbeat(8).write_text(json.dumps({"rank": 8, "local_rank": "x", "local_world_size": None, "pid": alive}))
+    beats.poll(33.0)
+    assert [s.rank for s in beats.standings(33.0)] == [2, 3, 8], "a beat without a node's shape is still that rank's"
+
 
 def test_one_silent_rank_is_a_stall_while_the_other_beats(tmp_path: Path) -> None:
     beating = faulty_child("--steps", "100", "--interval", "0.1")[1:]  # rank 0 beats for 10 s, well past the budget

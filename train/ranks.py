@@ -23,6 +23,9 @@ on the startup budget from the moment the last one was seen gone.
 ``heartbeat.json`` (the Ultralytics launcher, which starts torchrun itself)
 counts only until the first rank beats.
 
+:data:`TORCHRUN_DEFAULTS` is the environment a supervised torchrun needs to
+rejoin a multi-node rendezvous after its supervisor restarted it.
+
 :func:`failure` reads what torchrun says about a failed rank: its error file
 (``TORCHELASTIC_ERROR_FILE``, which the supervisor points at
 ``logs/attempt-<n>.torchrun-error.json``) and its "Root Cause" summary.
@@ -98,9 +101,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _number(record: Optional[Dict[str, Any]], key: str) -> Optional[int]:
+    """``record[key]`` when it is a whole number (a file that says otherwise is garbage, not a rank's beat)."""
+    value = (record or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _rank_of(record: Optional[Dict[str, Any]]) -> Optional[int]:
-    rank = (record or {}).get("rank")
-    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+    return _number(record, "rank")
+
+
+def _node_of(record: Dict[str, Any], rank: int) -> Optional[Tuple[int, int]]:
+    """(first rank, how many) of the node that ``record``'s rank runs on, when the beat says."""
+    local, count = _number(record, "local_rank"), _number(record, "local_world_size")
+    return (rank - local, count) if local is not None and count and local <= rank else None
 
 
 @dataclass
@@ -152,7 +166,7 @@ class JobBeats:
             track = self.ranks.setdefault(rank, Track(progress=self.waiting_since))
             if self._advance(track, record, now):
                 newest = record
-                self.node = (rank - int(record.get("local_rank", 0)), int(record.get("local_world_size", 1)))
+                self.node = _node_of(record, rank) or self.node or (rank, 1)
         return newest
 
     def _advance(self, track: Track, record: Optional[Dict[str, Any]], now: float) -> bool:
