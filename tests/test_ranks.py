@@ -63,13 +63,13 @@ def test_the_slowest_rank_decides_and_ended_ranks_are_left_out(tmp_path: Path) -
     assert [(s.rank, s.budget.name) for s in beats.standings(1.0)] == [(None, "startup")], "no rank yet: the one process"
 
     write_beat(run, 0, alive, step=1)
-    assert beats.poll(1.0) is not None
+    assert [(p.record["step"], p.previous, p.silent_s) for p in beats.poll(1.0)] == [(1, None, 1.0)]
     assert [(s.rank, s.budget.name, s.silent_s) for s in beats.standings(5.0)] == [(0, "stall", 4.0), (1, "startup", 5.0)]
     write_beat(run, 1, alive, step=1)
     beats.poll(6.0)
     write_beat(run, 0, alive, step=2)
-    beats.poll(15.0)
-    assert beats.poll(16.0) is None, "nothing new"
+    assert [(p.record["step"], p.previous["step"], p.silent_s) for p in beats.poll(15.0)] == [(2, 1, 14.0)]
+    assert beats.poll(16.0) == [], "nothing new"
     slowest = beats.lagging(17.0)
     assert (slowest.rank, slowest.silent_s, slowest.budget.name) == (1, 11.0, "stall")
     assert beats.report(17.0)["silent_ranks"] == [1]

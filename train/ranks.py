@@ -68,6 +68,15 @@ class Track:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A beat that made progress, the same process's beat before it (None: its first), and the silence it ended."""
+
+    record: Dict[str, Any]
+    previous: Optional[Dict[str, Any]]
+    silent_s: float
+
+
+@dataclass(frozen=True)
 class Standing:
     """How far one rank (``None``: the single process) is into its budget."""
 
@@ -144,11 +153,12 @@ class JobBeats:
         """Whether any rank has beaten in this attempt."""
         return self.node is not None
 
-    def poll(self, now: float) -> Optional[Dict[str, Any]]:
-        """Read every heartbeat file; return the newest beat that made progress (None: none did)."""
-        newest = None
-        if self._advance(self.single, heartbeat.read(self.run.heartbeat), now):
-            newest = self.single.beat
+    def poll(self, now: float) -> List[Progress]:
+        """Read every heartbeat file; return the beats that made progress (the launcher's first, then by rank).
+
+        Each rank's silence before its progress also teaches the policy that rank's rhythm (learned budgets).
+        """
+        progressed = [p for p in [self._advance(self.single, heartbeat.read(self.run.heartbeat), now)] if p]
         directory = self.run.rank_heartbeat.directory
         for path in sorted(directory.iterdir()) if directory.is_dir() else []:
             record = heartbeat.read(path)
@@ -164,20 +174,22 @@ class JobBeats:
                 continue
             self.ended.discard(rank)
             track = self.ranks.setdefault(rank, Track(progress=self.waiting_since))
-            if self._advance(track, record, now):
-                newest = record
+            progress = self._advance(track, record, now)
+            if progress is not None:
+                progressed.append(progress)
                 self.node = _node_of(record, rank) or self.node or (rank, 1)
-        return newest
+        return progressed
 
-    def _advance(self, track: Track, record: Optional[Dict[str, Any]], now: float) -> bool:
-        """Take ``record`` into ``track``; True when it is progress (new content, or a new process)."""
+    def _advance(self, track: Track, record: Optional[Dict[str, Any]], now: float) -> Optional[Progress]:
+        """Take ``record`` into ``track``; its Progress when it is one (new content, or a new process)."""
         key = heartbeat.progress_key(record)
         pid = (record or {}).get("pid")
-        if key is None or (key == track.key and pid == track.pid):
-            return False
-        self.policy.observe(track.beat, now - track.progress)
+        if record is None or key is None or (key == track.key and pid == track.pid):
+            return None
+        progress = Progress(record, track.beat, now - track.progress)
+        self.policy.observe(track.beat, progress.silent_s)
         track.key, track.beat, track.pid, track.progress = key, record, pid, now
-        return True
+        return progress
 
     def standings(self, now: float) -> List[Standing]:
         """Every rank this node runs (without torchrun: the one process), each with its budget and silence."""

@@ -372,8 +372,9 @@ class Supervisor:
                 return outcome
             code = run.proc.poll()
             now = time.monotonic()
-            record = run.beats.poll(now)  # the newest beat that made progress: of any rank, under torchrun
-            if record is not None:
+            progressed = run.beats.poll(now)  # the beats that made progress: every rank's, under torchrun
+            if progressed:
+                record = progressed[-1].record
                 outcome.beats += 1
                 outcome.last_beat = record
                 wall = time.time()
