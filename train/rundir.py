@@ -125,6 +125,10 @@ class RunDir(_Layout):
     events = Entry("events.jsonl", "the run's history, one JSON object per line")
     state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
     heartbeat = Entry("heartbeat.json", "the child's last beat")
+    progress = Entry(
+        "progress.jsonl", "the child's beats, sampled every few seconds and at each phase change (throughput, silences)"
+    )
+    report = Entry("report.html", "`trainbox report`: the run in pictures, one self-contained file (refreshed when the run ends)")
     stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
     incident_dir = Numbered(
         "incidents/<session>-<attempt>/",

@@ -35,12 +35,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from trainbox import errors, heartbeat, incident, interrupt, proctree
+from trainbox import errors, heartbeat, incident, interrupt, proctree, report
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
 from trainbox.events import EventLog
 from trainbox.output import OutputTee, say
+from trainbox.progress_log import ProgressLog
 from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
 from trainbox.rundir import RunDir
 from trainbox.runlock import RunLock
@@ -146,6 +147,7 @@ class Supervisor:
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
         self.events = EventLog(self.run_dir.events)
+        self.progress = ProgressLog(self.run_dir.progress)
         #: Names this supervisor's incident reports apart from earlier ones in the same directory.
         self.session = 0
         #: The attempt under way (or the last one), for events written outside the loop.
@@ -188,6 +190,7 @@ class Supervisor:
             with contextlib.suppress(Stuck):
                 self._end_tree()
             self._publish(force=True, exit_code=code)
+            report.refresh(self.run_dir)  # best-effort, and still under our signal handlers: a Ctrl-C only sets a flag
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             lock.release()
@@ -373,6 +376,9 @@ class Supervisor:
             record = heartbeat.read(self.run_dir.heartbeat)
             key = heartbeat.progress_key(record)
             if key is not None and key != last_key:
+                self.progress.observe(
+                    run.attempt, outcome.last_beat, now - last_progress, policy.current(outcome.last_beat), record
+                )
                 policy.observe(outcome.last_beat, now - last_progress)
                 last_key, last_progress = key, now
                 outcome.beats += 1
