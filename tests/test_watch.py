@@ -13,6 +13,7 @@ from typing import Iterator, List, Tuple
 import pexpect
 import pytest
 
+from tests.invoked import Invoked
 from tests.supervised import REPO, cli_env, start_cli, wait_for
 from trainbox.rundir import RunDir
 
@@ -63,22 +64,16 @@ def test_watch_on_a_terminal_shows_the_batch_advancing_and_leaves_on_ctrl_c(run_
     assert "Traceback" not in (watch.before or "")
 
 
-def test_watch_without_a_terminal_prints_plain_lines_until_ctrl_c(run_in_progress: Path) -> None:
-    watch = subprocess.Popen(
-        [sys.executable, "-m", "trainbox", "status", "--watch", "--run-dir", str(run_in_progress)],
-        cwd=REPO,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(4)
-    watch.send_signal(signal.SIGINT)
-    out, err = watch.communicate(timeout=30)
-    assert watch.returncode == 0 and err == "", err
-    lines = out.splitlines()
-    assert len(lines) >= 3 and not any("\x1b" in line for line in lines), out
-    seen = positions(out)
-    assert len(seen) == len(lines) and seen == sorted(seen) and seen[-1] > seen[0], out
-    assert all("img/s" in line and ", ETA " in line and "checkpoint: " in line for line in lines), out
-    assert any("phase train: silent" in line for line in lines), out
+def test_invoke_watch_without_a_terminal_prints_plain_lines_until_ctrl_c(run_in_progress: Path) -> None:
+    """Through tasks.py, started the way a script's background job is (SIGINT inherited ignored): Ctrl-C still ends it."""
+    watch = Invoked(["status", "--watch", "--run-dir", str(run_in_progress)], cli_env(), sigint_ignored=True)
+    watch.wait_until(lambda: len(positions(watch.output)) >= 3, "three status lines", timeout=30)
+    watch.interrupt(signal.SIGINT)
+    assert watch.process.wait(timeout=30) == 0, watch.output
+    time.sleep(0.2)  # the reader thread takes the last line
+    lines = watch.output.splitlines()
+    assert not any("\x1b" in line for line in lines), watch.output
+    seen = positions(watch.output)
+    assert len(seen) == len(lines) and seen == sorted(seen) and seen[-1] > seen[0], watch.output
+    assert all("img/s" in line and ", ETA " in line and "checkpoint: " in line for line in lines), watch.output
+    assert any("phase train: silent" in line for line in lines), watch.output

@@ -373,13 +373,16 @@ def write(run_dir: Path, out: Optional[Path] = None, deadline: Optional[datetime
 
 
 def refresh(run: RunDir) -> None:
-    """The supervisor's call as the run ends: write the report; a failure is one line and changes nothing else."""
+    """The supervisor's call as the run ends: write the report, quietly (the run's last line stays its outcome).
+
+    A failure is one line and changes nothing else.
+    """
     try:
         import matplotlib  # noqa: F401  (only to say so in one line when it is missing)
     except ImportError:
         say("no report written: matplotlib is not installed (`pip install matplotlib`, or trainbox[yolo])")
         return
     try:
-        say(f"report written to {write(run.root)}")
+        write(run.root)
     except Exception as exc:  # best-effort by design: a report must never change how the run ended
         say(f"no report written: {type(exc).__name__}: {exc}")

@@ -20,6 +20,7 @@ Standard library and PyYAML only: the supervisor imports it in the container.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -111,9 +112,18 @@ class RunView:
 
     run: RunDir
     snapshot: status.Progress
-    samples: List[Dict[str, Any]]
-    results: List[Dict[str, float]]
     now: float
+
+    # -- the run's history, read when first asked for (the live view, once a second, needs neither) -------
+    @functools.cached_property
+    def samples(self) -> List[Dict[str, Any]]:
+        """progress.jsonl (:mod:`trainbox.progress_log`)."""
+        return [s for s in read_events(self.run.progress) if isinstance(s, dict)]
+
+    @functools.cached_property
+    def results(self) -> List[Dict[str, float]]:
+        """results.csv, one row per epoch (see :func:`_results`)."""
+        return _results(self.run.results)
 
     # -- what happened --------------------------------------------------------
     @property
@@ -123,7 +133,7 @@ class RunView:
     def of(self, kind: str) -> List[Dict[str, Any]]:
         return [e for e in self.events if e.get("event") == kind]
 
-    @property
+    @functools.cached_property
     def attempts(self) -> List[Attempt]:
         found: List[Attempt] = []
         current: Optional[Dict[str, Any]] = None
@@ -153,7 +163,7 @@ class RunView:
         close()
         return found
 
-    @property
+    @functools.cached_property
     def stalls(self) -> List[Stall]:
         found = []
         for event in self.of("stall"):
@@ -187,7 +197,10 @@ class RunView:
         # A train beat comes after its batch: that attempt resumed one step before it (setup beats say where it starts).
         resumed = None if first is None else first["step"] - (1 if first.get("phase") == "train" else 0)
         steps = None if stall.last_step is None or resumed is None else max(0, stall.last_step - resumed)
-        back = next((s for s in later if stall.last_step is not None and s["step"] >= stall.last_step), None)
+        # Regained: training again (not setting up) at or past the step the stall stopped at.
+        back = next(
+            (s for s in later if stall.last_step is not None and s["step"] >= stall.last_step and s.get("phase") == "train"), None
+        )
         until = _number(back["ts"]) if back else (self.ended_ts or self.now)
         return Loss(steps=steps, seconds=max(0.0, until - stall.last_progress_ts), regained=back is not None)
 
@@ -276,9 +289,4 @@ def _results(path: Path) -> List[Dict[str, float]]:
 
 def read(run_dir: Path, now: Optional[float] = None) -> RunView:
     """The run directory's view; a directory that does not exist is a UserError (one line)."""
-    snapshot = status.read(run_dir)
-    run = RunDir(Path(run_dir))
-    samples = [s for s in read_events(run.progress) if isinstance(s, dict)]
-    return RunView(
-        run=run, snapshot=snapshot, samples=samples, results=_results(run.results), now=time.time() if now is None else now
-    )
+    return RunView(run=RunDir(Path(run_dir)), snapshot=status.read(run_dir), now=time.time() if now is None else now)

@@ -190,7 +190,8 @@ class Supervisor:
             with contextlib.suppress(Stuck):
                 self._end_tree()
             self._publish(force=True, exit_code=code)
-            report.refresh(self.run_dir)  # best-effort, and still under our signal handlers: a Ctrl-C only sets a flag
+            if self.state is not State.DISK_FULL:  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
+                report.refresh(self.run_dir)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             lock.release()
