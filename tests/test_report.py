@@ -172,3 +172,31 @@ def test_report_to_another_file_links_back_into_the_run(stalled_run: Finished, t
     assert re.search(r"deadline\s+2000-01-01 00:00: finished \d\d:\d\d, late by", re.sub(r"<[^>]+>", " ", text))
     for href in re.findall(r'href="([^"]+)"', text):
         assert (out.parent / href).exists(), href
+
+
+def test_without_matplotlib_the_run_ends_as_it_would_with_one_line_saying_so(tmp_path: Path) -> None:
+    """A Python without matplotlib (a plain `pip install trainbox`): here one whose matplotlib cannot be imported."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "matplotlib.py").write_text("raise ModuleNotFoundError('No module named matplotlib', name='matplotlib')\n")
+    run_dir = tmp_path / "run"
+    env = {"PYTHONPATH": str(shadow)}
+    done = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *faulty_child("--steps", "3")], run_dir, env)
+    assert done.code == 0 and done.kinds() == ["start", "exit"], done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "trainbox: no report written: matplotlib is not installed (`pip install matplotlib`, or trainbox[yolo])"
+    )
+    assert not RunDir(run_dir).report.exists()
+    refused = train_cli(["report", str(run_dir)], run_dir, env)
+    assert (
+        refused.code == 2
+        and refused.stderr
+        == "trainbox: error: trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)\n"
+    )
+
+
+def test_status_without_watch_is_the_snapshot(stalled_run: Finished) -> None:
+    done = train_cli(["status", "--run-dir", str(stalled_run.run_dir), "--deadline", "2000-01-01T00:00"], stalled_run.run_dir)
+    assert done.code == 0, done.stderr
+    assert f"epoch {EPOCHS}/{EPOCHS}" in done.stdout and "restarts  1, stalls 1, crashes 0" in done.stdout
+    assert "deadline  2000-01-01 00:00: expected finish" in done.stdout

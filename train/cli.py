@@ -166,10 +166,11 @@ def _report(args: argparse.Namespace) -> int:
     if not args.run_dir.is_dir():
         raise UserError(f"RUN_DIR {args.run_dir} is not a directory: give the folder a run wrote (`run --run-dir`)")
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+        print(report.write(args.run_dir, args.out, deadline))
+    except ModuleNotFoundError as missing:
+        if missing.name != "matplotlib":
+            raise
         raise UserError("trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)") from None
-    print(report.write(args.run_dir, args.out, deadline))
     return 0
 
 

@@ -29,6 +29,7 @@ import base64
 import datetime
 import html
 import io
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -53,6 +54,13 @@ STALL_COLOR, CHECKPOINT_COLOR, RESTART_COLOR = "#d62728", "#2ca02c", "#555555"
 
 
 # -- the charts ------------------------------------------------------------------
+def _import_matplotlib() -> None:
+    """Import matplotlib quietly: where its config directory is read-only (the container's root) it warns in two
+    lines that it uses a temporary one, which is fine for a report and would end the supervisor's output."""
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    import matplotlib  # noqa: F401
+
+
 def _figure(height: float = HEIGHT_IN) -> Figure:
     from matplotlib.figure import Figure
 
@@ -366,6 +374,7 @@ def render(view: RunView, out: Path, deadline: Optional[datetime.datetime] = Non
 
 def write(run_dir: Path, out: Optional[Path] = None, deadline: Optional[datetime.datetime] = None) -> Path:
     """Write the report of ``run_dir`` to ``out`` (default ``RUN_DIR/report.html``) atomically; return its path."""
+    _import_matplotlib()
     view = read_view(run_dir)
     target = Path(out) if out is not None else RunDir(Path(run_dir)).report
     write_text_atomic(target, render(view, target, deadline))
@@ -378,7 +387,7 @@ def refresh(run: RunDir) -> None:
     A failure is one line and changes nothing else.
     """
     try:
-        import matplotlib  # noqa: F401  (only to say so in one line when it is missing)
+        _import_matplotlib()
     except ImportError:
         say("no report written: matplotlib is not installed (`pip install matplotlib`, or trainbox[yolo])")
         return
