@@ -200,3 +200,27 @@ def test_status_without_watch_is_the_snapshot(stalled_run: Finished) -> None:
     assert done.code == 0, done.stderr
     assert f"epoch {EPOCHS}/{EPOCHS}" in done.stdout and "restarts  1, stalls 1, crashes 0" in done.stdout
     assert "deadline  2000-01-01 00:00: expected finish" in done.stdout
+
+
+def test_a_directory_supervised_twice_is_one_run(tmp_path: Path) -> None:
+    """The first supervisor gives up after the stall; a second one (a rerun, a restarted container) finishes the run."""
+    run_dir = tmp_path / "run"
+    env = {"TRAIN_FAULT": FAULT, "TRAIN_HEARTBEAT_INTERVAL": "0.01"}
+    first = train_cli(
+        ["supervise", "--run-dir", str(run_dir), *OPTIONS, "--max-restarts", "0", "--", *epochs_child()], run_dir, env
+    )
+    assert first.code == 1, first.stderr
+    calm = {"TRAIN_HEARTBEAT_INTERVAL": "0.01"}  # attempts count from 0 again: the fault would fire again
+    second = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *epochs_child()], run_dir, calm)
+    assert second.code == 0 and second.kinds() == ["start", "stall", "give_up", "exit", "start", "exit"], second.stderr
+
+    view = runview.read(run_dir)
+    assert [(a.index, a.number, a.ended_by) for a in view.attempts] == [(0, 0, "stall"), (1, 0, "exit")]
+    assert sorted(view.samples_by_attempt()) == [0, 1] and view.finished
+    (stall,) = view.stalls
+    loss = view.loss(stall)
+    assert loss.steps == 3 and loss.regained
+    _, series = report._throughput(view)
+    assert sorted(series) == [0, 1], "two lines: the attempts of both supervisors"
+    text = html.unescape(re.sub(r"<[^>]+>", " ", RunDir(run_dir).report.read_text()))
+    assert re.search(r"restarts, stalls, crashes\s+0, 1, 0", text) and re.search(rf"epochs in results.csv\s+{EPOCHS} of", text)

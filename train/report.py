@@ -81,25 +81,20 @@ def _when(ts: float) -> float:
 
 
 def _throughput(view: RunView) -> Tuple[str, Dict[int, List[Tuple[float, float]]]]:
-    """(what is measured, {attempt: [(ts, value)]}): img/s when the child reports it, else batches/s from the steps."""
-    if any(isinstance(s.get("imgs_per_s"), (int, float)) for s in view.samples):
-        series: Dict[int, List[Tuple[float, float]]] = {}
-        for s in view.samples:
+    """(what is measured, {attempt index: [(ts, value)]}): img/s when the child reports it, else batches/s from steps."""
+    grouped = view.samples_by_attempt()
+    reported = any(isinstance(s.get("imgs_per_s"), (int, float)) for s in view.samples)
+    series: Dict[int, List[Tuple[float, float]]] = {}
+    for index, samples in grouped.items():
+        if reported:
             # A beat keeps the fields it left out: img/s is this epoch's in train and save, a stale one elsewhere.
-            if isinstance(s.get("imgs_per_s"), (int, float)) and s.get("phase") in ("train", "save"):
-                series.setdefault(int(s["attempt"]), []).append((float(s["ts"]), float(s["imgs_per_s"])))
-        return "images/s", series
-    series = {}
-    previous: Dict[int, Tuple[float, int]] = {}
-    for s in view.samples:
-        attempt, step = int(s.get("attempt", 0)), s.get("step")
-        if not isinstance(step, int):
-            continue
-        if attempt in previous and s["ts"] > previous[attempt][0]:
-            ts0, step0 = previous[attempt]
-            series.setdefault(attempt, []).append((float(s["ts"]), (step - step0) / (s["ts"] - ts0)))
-        previous[attempt] = (float(s["ts"]), step)
-    return "batches/s", series
+            points = [(s["ts"], s["imgs_per_s"]) for s in samples if s.get("phase") in ("train", "save") and s.get("imgs_per_s")]
+        else:
+            stepped = [(float(s["ts"]), s["step"]) for s in samples if isinstance(s.get("step"), int)]
+            points = [(t1, (n1 - n0) / (t1 - t0)) for (t0, n0), (t1, n1) in zip(stepped, stepped[1:]) if t1 > t0]
+        if points:
+            series[index] = [(float(t), float(v)) for t, v in points]
+    return ("images/s" if reported else "batches/s"), series
 
 
 def timeline_chart(view: RunView) -> str:
@@ -107,16 +102,15 @@ def timeline_chart(view: RunView) -> str:
     figure = _figure()
     axes = figure.add_subplot()
     measured, series = _throughput(view)
-    profiles = {a.number: a.profile for a in view.attempts}
-    for attempt, points in sorted(series.items()):
-        label = f"attempt {attempt}" + (f" ({profiles[attempt]})" if profiles.get(attempt) else "")
+    for index, points in sorted(series.items()):
+        label = view.attempts[index].label if index < len(view.attempts) else None
         axes.plot(
-            [_when(t) for t, _ in points], [v for _, v in points], marker=".", color=COLORS[attempt % len(COLORS)], label=label
+            [_when(t) for t, _ in points], [v for _, v in points], marker=".", color=COLORS[index % len(COLORS)], label=label
         )
     for n, stall in enumerate(view.stalls):
         axes.axvspan(_when(stall.last_progress_ts), _when(stall.killed_ts), color=STALL_COLOR, alpha=0.18, lw=0)
         axes.axvline(_when(stall.detected_ts), color=STALL_COLOR, lw=1.5, label="stall (silence shaded)" if n == 0 else None)
-    for n, restarted in enumerate(a for a in view.attempts if a.number > 0):
+    for n, restarted in enumerate(view.attempts[1:]):
         axes.axvline(_when(restarted.started_ts), color=RESTART_COLOR, ls="--", lw=1, label="restart" if n == 0 else None)
     for change in view.profile_changes:
         axes.annotate(
@@ -171,12 +165,12 @@ def curves_chart(view: RunView) -> Optional[str]:
 
 def _resumed_epochs(view: RunView) -> List[int]:
     """The first epoch each attempt after the first trained (from its progress samples)."""
-    first: Dict[int, int] = {}
-    for s in view.samples:
-        attempt, epoch = int(s.get("attempt", 0)), s.get("epoch")
-        if attempt > 0 and isinstance(epoch, int) and epoch > 0:
-            first[attempt] = min(first.get(attempt, epoch), epoch)
-    return sorted(set(first.values()))
+    first = []
+    for index, samples in view.samples_by_attempt().items():
+        epochs = [s["epoch"] for s in samples if isinstance(s.get("epoch"), int) and s["epoch"] > 0]
+        if index > 0 and epochs:
+            first.append(min(epochs))
+    return sorted(set(first))
 
 
 def phase_silences(view: RunView) -> Dict[str, Dict[str, Any]]:
@@ -301,7 +295,7 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
         ("total time", duration(total) if total is not None else "—"),
         ("time lost to stalls", f"{duration(lost)}" + (f" ({100 * lost / total:.0f} %)" if total else "")),
         ("attempts", str(len(view.attempts))),
-        ("restarts, stalls, crashes", ", ".join(str(view.snapshot.count(k)) for k in ("restart", "stall", "crash"))),
+        ("restarts, stalls, crashes", ", ".join(str(view.count(k)) for k in ("restart", "stall", "crash"))),
         ("final profile", str(view.final_profile or "—")),
         ("epochs in results.csv", f"{len(view.results)}" + (f" of {epochs}" if epochs else "")),
     ]
@@ -309,6 +303,18 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
         rows.append((f"last {key}", f"{last[key]:.4f}"))
     verdict = view.deadline_verdict(deadline) if deadline else "no deadline given (trainbox report --deadline HH:MM)"
     rows.append(("deadline", verdict))
+    return rows
+
+
+def attempt_rows(view: RunView) -> List[Tuple[str, str, str, str, str, str]]:
+    """One row per attempt: its profile, when it ran and what ended it."""
+    rows = []
+    for attempt in view.attempts:
+        ended = attempt.ended_ts
+        lasted = duration((ended or view.now) - attempt.started_ts)
+        rows.append(
+            (str(attempt.number), attempt.profile or "—", _clock(attempt.started_ts), _clock(ended), lasted, attempt.ended_by)
+        )
     return rows
 
 
@@ -342,6 +348,7 @@ def render(view: RunView, out: Path, deadline: Optional[datetime.datetime] = Non
         f"<p class='note'>Written {_clock(view.now)} from {_e(view.run.root)}.</p>",
         "<h2 id='summary'>Summary</h2>",
         _table(None, summary_rows(view, deadline)),
+        _table(("attempt", "profile", "started", "ended", "lasted", "ended by"), attempt_rows(view)),
         "<h2 id='throughput'>Throughput over the run</h2>",
         f"<img alt='throughput against wall time' src='data:image/png;base64,{timeline_chart(view)}'>",
     ]

@@ -19,6 +19,7 @@ Standard library and PyYAML only: the supervisor imports it in the container.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import functools
 import json
@@ -38,14 +39,22 @@ FINAL_STATES = ("succeeded", "gave_up", "misconfigured", "stopped", "disk_full",
 
 @dataclass(frozen=True)
 class Attempt:
-    """One launch of the child, from its ``start`` event to the next ``start`` or the ``exit``."""
+    """One launch of the child, from its ``start`` event to the next ``start`` or the ``exit``.
 
+    ``index`` counts every attempt of the directory in order; ``number`` is the event's own
+    ``attempt``, which starts from 0 again each time the directory is supervised anew.
+    """
+
+    index: int
     number: int
     started_ts: float
     ended_ts: Optional[float]
     profile: Optional[str]
-    startup_timeout_s: Optional[float]
     ended_by: str  # "stall", "crash", "exit" or "running"
+
+    @property
+    def label(self) -> str:
+        return f"attempt {self.number}" + (f" ({self.profile})" if self.profile else "")
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,10 @@ class RunView:
     def of(self, kind: str) -> List[Dict[str, Any]]:
         return [e for e in self.events if e.get("event") == kind]
 
+    def count(self, kind: str) -> int:
+        """Events of ``kind`` in the whole directory (state.json counts only its own supervisor's)."""
+        return len(self.of(kind))
+
     @functools.cached_property
     def attempts(self) -> List[Attempt]:
         found: List[Attempt] = []
@@ -144,11 +157,11 @@ class RunView:
             if current is not None:
                 found.append(
                     Attempt(
+                        index=len(found),
                         number=int(current.get("attempt", len(found))),
                         started_ts=_number(current.get("ts")),
                         ended_ts=ended_ts,
                         profile=current.get("profile"),
-                        startup_timeout_s=current.get("startup_timeout_s"),
                         ended_by=ended_by,
                     )
                 )
@@ -190,10 +203,19 @@ class RunView:
             )
         return found
 
+    def samples_by_attempt(self) -> Dict[int, List[Dict[str, Any]]]:
+        """The progress samples by the :attr:`Attempt.index` they were taken in (the last start before each)."""
+        starts = [a.started_ts for a in self.attempts]
+        grouped: Dict[int, List[Dict[str, Any]]] = {}
+        for sample in self.samples:
+            index = bisect.bisect_right(starts, _number(sample.get("ts"))) - 1
+            grouped.setdefault(max(index, 0), []).append(sample)
+        return grouped
+
     def loss(self, stall: Stall) -> Loss:
-        """Batches redone and wall time lost to ``stall``, from the progress samples of the attempts after it."""
-        later = [s for s in self.samples if _number(s.get("attempt"), -1) > stall.attempt and isinstance(s.get("step"), int)]
-        first = next((s for s in later if s.get("attempt") == stall.attempt + 1), None)
+        """Batches redone and wall time lost to ``stall``, from the progress samples taken after it."""
+        later = [s for s in self.samples if _number(s.get("ts")) > stall.killed_ts and isinstance(s.get("step"), int)]
+        first = later[0] if later else None
         # A train beat comes after its batch: that attempt resumed one step before it (setup beats say where it starts).
         resumed = None if first is None else first["step"] - (1 if first.get("phase") == "train" else 0)
         steps = None if stall.last_step is None or resumed is None else max(0, stall.last_step - resumed)

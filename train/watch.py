@@ -76,7 +76,7 @@ def phase(view: RunView) -> str:
 
 
 def attempts(view: RunView) -> str:
-    counts = ", ".join(f"{plural} {view.snapshot.count(kind)}" for kind, plural in COUNTED)
+    counts = ", ".join(f"{plural} {view.count(kind)}" for kind, plural in COUNTED)
     profile = f", profile {view.final_profile}" if view.final_profile else ""
     return f"attempt {len(view.attempts) - 1 if view.attempts else 0}{profile}: {counts}"
 
