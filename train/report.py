@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 from trainbox.atomic import write_text_atomic
 from trainbox.container.status import duration
 from trainbox.output import say
+from trainbox.progress_log import STARTUP_PHASE
 from trainbox.rundir import IncidentDir, RunDir
 from trainbox.runview import RunView, Stall
 from trainbox.runview import read as read_view
@@ -185,9 +186,10 @@ def phase_silences(view: RunView) -> Dict[str, Dict[str, Any]]:
             entry(phase)["seen"].append(float(seen["s"]))
             entry(phase)["budgets"].append((str(seen.get("budget")), float(seen.get("budget_s") or 0)))
     for stall in view.stalls:
-        phase = stall.phase if stall.budget != "startup" else "startup"
-        entry(phase or "?")["stalls"].append(stall.silent_s)
-        entry(phase or "?")["budgets"].append((stall.budget, stall.budget_s))
+        # Before the first beat the budget is startup's (trainbox.budgets) and the phase is none yet.
+        phase = STARTUP_PHASE if stall.budget == STARTUP_PHASE else stall.phase or "?"
+        entry(phase)["stalls"].append(stall.silent_s)
+        entry(phase)["budgets"].append((stall.budget, stall.budget_s))
     return phases
 
 
@@ -203,7 +205,8 @@ def silences_chart(view: RunView) -> Optional[str]:
     names = sorted(phases)
     for row, phase in enumerate(names):
         data = phases[phase]
-        seen = [max(s, 1e-3) for s in data["seen"]]
+        seen = [max(s, 1e-3) for s in data["seen"]]  # a log axis has no 0: a millisecond stands for "at once"
+        # Spread the dots of a row over a quarter of its height (golden-ratio steps: even, and the same every time).
         jitter = [row + 0.25 * ((n * 0.618) % 1 - 0.5) for n in range(len(seen))]
         axes.plot(seen, jitter, ls="", marker="o", ms=4, alpha=0.5, color=COLORS[0], label="silence seen" if row == 0 else None)
         budgets = sorted({seconds for _, seconds in data["budgets"] if seconds > 0})

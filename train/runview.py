@@ -32,10 +32,6 @@ from trainbox.container import status
 from trainbox.events import read_events
 from trainbox.rundir import IncidentDir, RunDir
 
-#: States in which the supervisor is done with the run (``trainbox.supervisor.State``'s final values;
-#: not imported from there, which would make the host's ``status`` import the supervisor).
-FINAL_STATES = ("succeeded", "gave_up", "misconfigured", "stopped", "disk_full", "stuck")
-
 
 @dataclass(frozen=True)
 class Attempt:
@@ -258,7 +254,8 @@ class RunView:
 
     @property
     def finished(self) -> bool:
-        return self.ended_ts is not None or self.state.get("state") in FINAL_STATES
+        """The supervisor ended the run: every ending writes an ``exit`` event (a killed supervisor cannot)."""
+        return self.ended_ts is not None
 
     @property
     def final_profile(self) -> Optional[str]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, List, Optional
 from trainbox import interrupt, runview
 from trainbox.container.status import duration
 from trainbox.errors import UserError
+from trainbox.progress_log import STARTUP_PHASE
 from trainbox.runview import RunView
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ def phase(view: RunView) -> str:
     if silence is None:
         return f"state {state}"
     # The phase of the beat the supervisor judged (state.json's, written with the budget), not the newest one.
-    judged = view.state.get("heartbeat")
-    name = "startup" if silence["budget"] == "startup" else judged.get("phase", "?") if isinstance(judged, dict) else "?"
+    judged = view.state.get("heartbeat") if silence["budget"] != STARTUP_PHASE else {"phase": STARTUP_PHASE}
+    name = judged.get("phase", "?") if isinstance(judged, dict) else "?"
     return f"phase {name}: silent {silence['s']:.1f} s of {silence['budget_s']:g} s ({silence['budget']}), state {state}"
 
 
