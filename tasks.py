@@ -176,7 +176,7 @@ def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, superv
     help={
         "run": "run name (default: the newest run)",
         "run_dir": "a run directory instead",
-        "deadline": "HH:MM or YYYY-MM-DDTHH:MM: does the run finish in time?",
+        "deadline": f"{run_status.DEADLINE_FORMATS}: does the run finish in time?",
         "watch": "a live view, refreshed every second from the run directory, until Ctrl-C",
     }
 )

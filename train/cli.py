@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from trainbox import errors, exit_record, profiles, supervisor_settings, warmup
+from trainbox.container import status as run_status
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
@@ -79,11 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="where a run stands; --watch: a live view until Ctrl-C")
     status.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
     status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C (plain lines without a terminal)")
-    status.add_argument("--deadline", help="HH:MM or YYYY-MM-DDTHH:MM[+01:00]: does the run finish in time?")
+    status.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}: does the run finish in time?")
     report = sub.add_parser("report", help="write the run's report: one self-contained HTML file with charts")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     report.add_argument("--out", type=Path, default=None, help="the HTML file to write (default: RUN_DIR/report.html)")
-    report.add_argument("--deadline", help="HH:MM or YYYY-MM-DDTHH:MM[+01:00], for the summary's verdict")
+    report.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}, for the summary's verdict")
     return parser
 
 
@@ -142,20 +143,16 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _deadline(text: Optional[str]) -> Optional[datetime.datetime]:
-    from trainbox.container.status import parse_deadline
-
-    return parse_deadline(text, datetime.datetime.now()) if text else None
+    return run_status.parse_deadline(text, datetime.datetime.now()) if text else None
 
 
 def _status(args: argparse.Namespace) -> int:
-    from trainbox.container import status
-
     deadline = _deadline(args.deadline)
     if args.watch:
         from trainbox import watch
 
         return watch.main(args.run_dir, deadline)
-    print("\n".join(status.render(args.run_dir, status.read(args.run_dir), deadline=deadline)))
+    print("\n".join(run_status.render(args.run_dir, run_status.read(args.run_dir), deadline=deadline)))
     return 0
 
 

@@ -150,7 +150,8 @@ def _live(run_dir: Path, deadline: Optional[datetime.datetime], health: Optional
     from rich.console import Console
     from rich.live import Live
 
-    with Live(frame(runview.read(run_dir), deadline, health), console=Console(), auto_refresh=False) as live:
+    # No automatic highlighting: a number in the middle of "epoch 2/8, batch 3" stays plain text (greppable, calm).
+    with Live(frame(runview.read(run_dir), deadline, health), console=Console(highlight=False), auto_refresh=False) as live:
         while True:
             time.sleep(REFRESH_S)
             live.update(frame(runview.read(run_dir), deadline, health), refresh=True)

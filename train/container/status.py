@@ -92,8 +92,12 @@ def duration(seconds: float) -> str:
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
+#: What ``--deadline`` takes, for its help and its error (``parse_deadline``).
+DEADLINE_FORMATS = "HH:MM or YYYY-MM-DDTHH:MM[+01:00]"
+
+
 def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
-    """ISO date-time (``2026-11-21T07:00``) or ``HH:MM`` (the next such time)."""
+    """ISO date-time (``2026-11-21T07:00``, with or without a UTC offset) or ``HH:MM`` (the next such time)."""
     try:
         if len(text) <= 5 and ":" in text:
             clock = datetime.datetime.strptime(text, "%H:%M").time()
@@ -101,7 +105,7 @@ def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
             return moment if moment > now else moment + datetime.timedelta(days=1)
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise UserError(f"--deadline {text!r}: use HH:MM or YYYY-MM-DDTHH:MM") from None
+        raise UserError(f"--deadline {text!r}: use {DEADLINE_FORMATS}") from None
     # With a UTC offset (2026-11-22T07:00+01:00): the same moment on this machine's clock, which ETAs use.
     return moment.astimezone().replace(tzinfo=None) if moment.tzinfo else moment
 
