@@ -18,7 +18,8 @@ check, which downloads ``yolo26n.pt``: Ultralytics' ``_setup_train`` sees
 ``amp=False``, and ``resume_training`` — the one step of it between that check
 and the first use of the gradient scaler (a resumed checkpoint's scaler
 state is loaded there) — runs the offline check (``device_probe.amp_check``)
-and switches AMP and its scaler on when it passes. The decisions, with their
+and switches AMP and its scaler on when it passes (so ``batch=-1``, AutoBatch, which runs
+before it, sizes the batch for FP32: smaller than with AMP, never too large). The decisions, with their
 reasons, then go out in a ``setup`` beat's ``device`` field (the supervisor
 records it as the attempt's ``device`` event) and into ``args.yaml``.
 
