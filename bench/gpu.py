@@ -54,6 +54,17 @@ QUICK = {"train": 16, "val": 4, "imgsz": 64, "batch": 8, "epochs": 2, "rounds": 
 POLL_S = 0.05
 GPU_POLL_S = 1.0
 MIB = 1024 * 1024
+#: trainbox fast's speed relative to bare Ultralytics that issue 16 asks for, on a GPU.
+GOAL = 0.97
+DIFFERENCES = (
+    "What differs between bare and `fast` besides the supervisor (each a suspect where `fast` is slower): workers "
+    "start with spawn, not fork; prefetch 2 batches per worker, not 4; validation uses as many workers as training, "
+    "not twice as many; torch uses every core for intra-op threads, not all but one (on a busy CPU this alone "
+    "costs a factor of 2 or more); every sample is seeded from (seed, epoch, index) and the epoch's order "
+    "computed in the training process (exact resume); checkpoints are staged, fsynced and renamed; heartbeats "
+    "and a mid-epoch checkpoint every 300 s. `safe` and `balanced` differ more: 0 and 2 workers, and `balanced` "
+    "starts its workers again for every epoch and validation pass."
+)
 
 
 @dataclasses.dataclass
@@ -201,7 +212,7 @@ def _versions() -> Dict[str, str]:
 
 def markdown(result: Dict[str, Any], command: str) -> str:
     table = result["variants"]
-    device = next((row["device"] for row in table.values() if row.get("device")), None) or {}
+    device = table["fast"].get("device") or {}
     setup = result["setup"]
     lines = [
         f"# {device.get('description', 'device')}: trainbox profiles against bare Ultralytics",
@@ -216,7 +227,8 @@ def markdown(result: Dict[str, Any], command: str) -> str:
         f"peak {result['memory']} MiB | supervisor CPU share |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, row in table.items():
+    for name in VARIANTS:
+        row = table[name]
         decided = row.get("device") or {}
         on_gpu = result["memory"] == "GPU"
         amp = decided.get("amp", "True (its check skipped offline)" if on_gpu else "False (CPU)")
@@ -228,12 +240,16 @@ def markdown(result: Dict[str, Any], command: str) -> str:
             f"{span(row['first_batch_s'], digits=1)} | {span(row['peak_mib'], digits=0)} | {share} |"
         )
     fast = table["fast"]["speed"]["median"]
-    verdict = "met" if fast >= 0.97 else "not met"
-    lines += ["", f"Goal, `fast` at 0.97 of bare's speed or more: {verdict} ({fast:.3f})."]
+    if result["memory"] == "GPU":
+        verdict = "met" if fast >= GOAL else "not met"
+        lines += ["", f"Goal, `fast` at {GOAL} of bare's speed or more: {verdict} ({fast:.3f})."]
+    else:
+        lines += ["", f"On the CPU `fast` is at {fast:.3f} of bare's speed; the goal ({GOAL} or more) is for a GPU."]
+    lines += ["", DIFFERENCES]
     if device:
         lines += [
             "",
-            f"trainbox decided: amp={device.get('amp')} ({device.get('amp_check') or device.get('amp_reason')}); "
+            f"trainbox decided for `fast`: amp={device.get('amp')} ({device.get('amp_check') or device.get('amp_reason')}); "
             f"workers: {device.get('workers_reason')}; pin_memory={device.get('pin_memory')}.",
         ]
     return "\n".join(lines) + "\n"

@@ -96,7 +96,7 @@ def test_rocm_gpu_of_unknown_real_arch_stays_fp32() -> None:
 )
 def test_an_explicit_amp_wins_over_the_device_rules(device: Device, given: object, expected: object) -> None:
     chosen = decide_amp(device, given)  # type: ignore[arg-type]
-    assert chosen.value == expected and chosen.reason.startswith(f"amp={expected} given")
+    assert chosen.value == expected and chosen.reason.startswith(f"amp={expected}, not auto")
 
 
 def test_explicit_workers_win_on_every_device() -> None:

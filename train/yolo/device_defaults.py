@@ -133,7 +133,7 @@ def decide_amp(device: Device, wanted: AmpValue) -> Choice:
     wanted = normalized_amp(wanted)
     if wanted != AUTO:
         check = " (fp16: checked offline once the model is on the device)" if wanted is True else ""
-        return Choice(wanted, f"amp={wanted} given{check}")
+        return Choice(wanted, f"amp={wanted}, not auto{check}")
     if not device.gpu:
         return Choice(False, "CPU: Ultralytics never uses AMP there")
     if device.kind == "rocm":
@@ -158,7 +158,7 @@ def _batch_images(batch: Any) -> Optional[int]:
 def decide_workers(device: Device, wanted: Union[int, str], batch: Any) -> Choice:
     """DataLoader workers for ``device``: ``wanted`` as given unless it is ``auto`` (see the module docstring)."""
     if wanted != AUTO:
-        return Choice(wanted, f"workers={wanted} given")
+        return Choice(wanted, f"workers={wanted}, not auto")
     if not device.gpu:
         return Choice(AUTO_WORKERS_MIN, f"CPU: {AUTO_WORKERS_MIN}, the training process needs the cores too")
     limits = [AUTO_WORKERS_MAX, device.cpu_count]

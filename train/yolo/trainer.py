@@ -44,6 +44,7 @@ from ultralytics.utils import LOGGER, YAML
 from ultralytics.utils.torch_utils import unwrap_model
 
 from trainbox import faults
+from trainbox.rundir import RunDir
 from trainbox.yolo import checkpoint, device_defaults, device_probe, loader, midepoch
 from trainbox.yolo.beats import TrainingBeats
 from trainbox.yolo.settings import RunSettings, for_device
@@ -122,7 +123,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         )
         self.beats.device(record)
         # Ultralytics wrote args.yaml in its __init__, before the device was decided for.
-        YAML.save(Path(self.save_dir) / "args.yaml", vars(self.args))
+        YAML.save(Path(self.save_dir) / RunDir.train_args.name, vars(self.args))
 
     def resume_training(self, ckpt: Optional[Dict[str, Any]]) -> None:
         """Ultralytics' resume from an epoch-end checkpoint; an exact continuation from a mid-epoch one.
