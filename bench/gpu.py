@@ -115,13 +115,12 @@ def watch(
                 beat = {}
             if isinstance(beat, dict) and (beat.get("batch") or 0) >= 1:
                 seen.first_batch_s = now - started
-        tree = _tree(root)
         if gpu and now >= next_gpu:
             next_gpu = now + GPU_POLL_S
             seen.peak_mib = max(seen.peak_mib, (gpu_used_mib(gpu) or baseline) - baseline)
         elif not gpu:
             resident = 0
-            for process in tree:
+            for process in _tree(root):
                 try:
                     resident += process.memory_info().rss
                 except psutil.Error:
