@@ -39,7 +39,7 @@ from trainbox import errors, heartbeat, incident, interrupt, proctree, report
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
-from trainbox.events import EventLog
+from trainbox.events import EventLog, device_fields
 from trainbox.output import OutputTee, say
 from trainbox.progress_log import ProgressLog
 from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
@@ -365,6 +365,7 @@ class Supervisor:
         tree, policy = run.tree, run.policy
         last_key: Optional[str] = None
         last_progress = time.monotonic()
+        device_recorded = False
         while True:
             if self._stop_signal is not None:
                 self._set_state(State.STOPPING)
@@ -391,6 +392,10 @@ class Supervisor:
                     outcome.first_step_ts = wall
                 if self.state is State.STARTING:
                     self._set_state(State.RUNNING, heartbeat=record)
+                device = None if device_recorded else device_fields(record)
+                if device is not None:
+                    self._emit("device", run.attempt, **device)
+                    device_recorded = True
             if code is not None:
                 outcome.code = code
                 return outcome

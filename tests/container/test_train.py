@@ -357,7 +357,7 @@ def test_invoke_train_on_a_users_export(
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert_checkpoint(runs_dir / run_name)
-    assert [e["event"] for e in events(runs_dir / run_name)] == ["start", "exit"], "no crash, no restart"
+    assert [e["event"] for e in events(runs_dir / run_name)] == ["start", "device", "exit"], "no crash, no restart"
     mounts = {m["Destination"]: m for m in container_of(docker_api, run_name)["Mounts"]}
     assert str(tmp_path) not in mounts, "only the dataset's folders, never the folder around them"
     assert all(not m["RW"] for d, m in mounts.items() if d.startswith(str(tmp_path)))
