@@ -16,8 +16,9 @@ from typing import Any, Dict, List
 #: start: an attempt was launched (carries ``profile``); stall: a budget ran out
 #: (``budget``, ``budget_s``, ``silent_s``); crash: the child exited non-zero;
 #: restart: the next attempt is scheduled; exit: the supervisor ends (``code``);
-#: give_up: the restart budget is spent or the child is misconfigured.
-EVENTS = ("start", "stall", "crash", "restart", "exit", "give_up")
+#: give_up: the restart budget is spent or the child is misconfigured; supervisor_hung: ``health --act``
+#: found the supervisor itself hung and ended it (written by the health check, :mod:`trainbox.watchdog`).
+EVENTS = ("start", "stall", "crash", "restart", "exit", "give_up", "supervisor_hung")
 
 
 class EventLog:
