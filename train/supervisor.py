@@ -10,6 +10,9 @@ What the supervisor must survive, and how:
 
 * another supervisor on the same directory: :mod:`trainbox.runlock` refuses it;
 * its own death: the child dies with it (:func:`trainbox.proctree.die_with_parent`);
+* its own hang: it promises ``health`` a fresh ``state.json`` and declares longer
+  work beforehand; ``health --act`` ends it when it breaks that promise
+  (:mod:`trainbox.watchdog`, :mod:`trainbox.health`);
 * a reader that goes away (``| head``, a closed terminal) or a full disk under
   the log: :class:`OutputTee` stops echoing or logging but never stops draining
   the child's pipe, which would block the child and fake a stall;

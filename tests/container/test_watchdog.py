@@ -2,9 +2,10 @@
 
 A frozen supervisor (SIGSTOP) and one blocked in a wait() that never returns are ended by the container's own
 HEALTHCHECK (`health --act`); Docker's restart policy brings the container back, the run resumes from last.pt and
-finishes, and `invoke train` follows it all, saying the restart in one line. After a `docker kill`, the same
-`invoke train --name RUN` resumes RUN. The bound and the health interval are short here (--hung-after 10,
-TRAINBOX_HEALTH_INTERVAL=2s); the decision itself and a busy supervisor are tests/test_health.py's.
+finishes, and `invoke train` follows it all, saying the restart in one line; one that hangs after every restart
+ends in a give-up. After a `docker kill`, the same `invoke train --name RUN` resumes RUN. The bound and the
+health interval are short here (--hung-after 10, TRAINBOX_HEALTH_INTERVAL=2s); the decision itself and a busy
+supervisor are tests/test_health.py's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from tests.invoked import Invoked
+from trainbox import watchdog
+from trainbox.errors import ExitCode
 from trainbox.rundir import RunDir
 
 from .conftest import FAST_SUPERVISOR, container_of, events
@@ -123,3 +126,21 @@ def test_after_docker_kill_the_same_command_resumes(docker_api, cpu_image, runs_
     saved = RunDir(run_dir).container_log(0).read_text()
     assert "Resuming training" not in saved and "Epoch" in saved, "the killed container's output, kept"
     assert container_of(docker_api, run_name)["Id"] != container["Id"]
+
+
+def test_a_supervisor_that_hangs_after_every_restart_gives_up(
+    docker_api, cpu_image, runs_dir: Path, run_name: str, session_env
+) -> None:
+    """Bounded: two hangs, two restarts, then the third supervisor gives up (exit 1, final), and Docker leaves it."""
+    run_dir = runs_dir / run_name
+    invoked = train(run_name, runs_dir, session_env, "--env", "TRAIN_FAULT=wait@supervisor")
+    code = invoked.finish(timeout=600)
+    output = invoked.output
+    assert code == ExitCode.GAVE_UP, output[-4000:]
+    restarts = [line for line in output.splitlines() if line.startswith("trainbox: container restarted by Docker")]
+    assert [line.split("(")[1].split(")")[0] for line in restarts] == ["restart 1 of 3", "restart 2 of 3"], restarts
+    assert f"giving up: the supervisor of this run hung {watchdog.MAX_HANGS} times in a row" in output
+    kinds = [e["event"] for e in events(run_dir)]
+    assert kinds.count("supervisor_hung") == watchdog.MAX_HANGS and kinds[-2:] == ["give_up", "exit"], kinds
+    inspected = container_of(docker_api, run_name)
+    assert (inspected["RestartCount"], inspected["State"]["ExitCode"]) == (watchdog.MAX_HANGS, 0)
