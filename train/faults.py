@@ -82,14 +82,19 @@ def hang_waiting_on_forked_worker() -> None:
 
 
 def hang_in_wait() -> None:
-    """Wait for a child that never exits: the supervisor's ``wait()`` on a process stuck in the GPU driver.
+    """Wait for a child that never exits: the supervisor's ``wait()`` on a trainer stuck in the GPU driver.
 
-    The child dies with this process (``PR_SET_PDEATHSIG``), so ending the hung waiter leaves nothing behind.
+    The children are stopped (SIGSTOP stands in for the driver's D state, which SIGKILL does end), so the
+    trainer makes no progress either; they die with the waiter (``PR_SET_PDEATHSIG``).
     """
-    from trainbox.proctree import die_with_parent
+    import psutil
 
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(3600)"], preexec_fn=die_with_parent())
-    sleeper.wait()
+    children = psutil.Process().children()
+    for child in children:
+        child.suspend()
+    if not children:
+        hang_sleep()
+    os.waitpid(children[0].pid, 0)
 
 
 def hang_ignoring_sigterm() -> None:

@@ -37,12 +37,12 @@ def train(run_name: str, runs_dir: Path, session_env: Dict[str, str], *extra: st
 
 
 def checkpointed(run_dir: Path) -> bool:
-    """An epoch-end checkpoint exists and the next epoch is being trained (so a resume has work left)."""
+    """An epoch-end checkpoint exists and a later epoch (0-based 2 of 5) is under way: a resume has work left."""
     try:
         beat = json.loads(RunDir(run_dir).heartbeat.read_text() or "{}")
     except (OSError, ValueError):
         return False
-    return RunDir(run_dir).last_checkpoint.exists() and beat.get("phase") == "train" and beat.get("epoch", 0) >= 2
+    return RunDir(run_dir).last_checkpoint.exists() and beat.get("epoch", 0) >= 2
 
 
 def result_epochs(run_dir: Path) -> List[int]:
@@ -63,8 +63,10 @@ def freeze_and_follow(docker_api, invoked: Invoked, run_name: str, run_dir: Path
     invoked.wait_until(lambda: checkpointed(run_dir), "an epoch-end checkpoint")
     container = container_of(docker_api, run_name)
     if freeze:
-        pid = json.loads(RunDir(run_dir).state.read_text())["supervisor_pid"]
-        run = docker_api.exec_create(container["Id"], ["sh", "-c", f"kill -STOP {pid}"])
+        # The trainer is frozen with it: alone, it could finish the run during the hang on a fast machine, leaving
+        # nothing to resume (tests/test_health.py freezes a supervisor alone and sees its running child die with it).
+        state = json.loads(RunDir(run_dir).state.read_text())
+        run = docker_api.exec_create(container["Id"], ["sh", "-c", f"kill -STOP {state['supervisor_pid']} {state['child_pid']}"])
         assert docker_api.exec_start(run["Id"]) == b""
     hung_at = time.monotonic()
     invoked.wait_until(
