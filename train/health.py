@@ -75,11 +75,11 @@ def hung(state: Mapping[str, Any], now: float, started_ts: Optional[float]) -> O
     own_start = state.get("supervisor_started_ts")
     if started_ts is None or own_start is None or abs(started_ts - float(own_start)) > SAME_PROCESS_S:
         return None  # gone, or the pid belongs to another process now (a new supervisor after a restart)
+    if not _promise_broken(state, now):
+        return None
     bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
     updated = float(state.get("updated_ts", 0))
     quiet_until = state.get("quiet_until_ts")
-    if now <= max(updated, float(quiet_until or 0)) + bound:
-        return None
     return Hang(
         pid=int(state["supervisor_pid"]),
         session=int(state.get("session") or time.strftime("%Y%m%d%H%M%S", time.gmtime(updated))),
@@ -89,6 +89,12 @@ def hung(state: Mapping[str, Any], now: float, started_ts: Optional[float]) -> O
         hung_after_s=bound,
         quiet_until_ts=float(quiet_until) if quiet_until else None,
     )
+
+
+def _promise_broken(state: Mapping[str, Any], now: float) -> bool:
+    """Past ``hung_after_s`` since the last update, or since the end of the work declared (``quiet_until_ts``)."""
+    bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
+    return now > max(float(state.get("updated_ts", 0)), float(state.get("quiet_until_ts") or 0)) + bound
 
 
 def _read_state(path: Path) -> Tuple[Optional[Dict[str, Any]], str]:
@@ -132,9 +138,9 @@ def _judge(state: Dict[str, Any], now: float) -> Tuple[bool, str]:
     if not psutil.pid_exists(int(state.get("supervisor_pid", 0))):
         return False, "supervisor process is gone"
     age = now - float(state.get("updated_ts", 0))
-    bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
-    if age > bound:
-        return False, f"supervisor state not updated for {age:.0f} s (promised every {bound:.0f} s)"
+    if _promise_broken(state, now):
+        bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
+        return False, f"supervisor state not updated for {age:.0f} s (promised every {bound:.0f} s): hung"
     if phase is State.BACKOFF:
         wait = max(0.0, float(state.get("next_attempt_ts") or now) - now)
         return True, f"backoff, attempt {state.get('attempt', 0)} starts in {wait:.0f} s"
