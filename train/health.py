@@ -77,7 +77,6 @@ def hung(state: Mapping[str, Any], now: float, started_ts: Optional[float]) -> O
         return None  # gone, or the pid belongs to another process now (a new supervisor after a restart)
     if not _promise_broken(state, now):
         return None
-    bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
     updated = float(state.get("updated_ts", 0))
     quiet_until = state.get("quiet_until_ts")
     return Hang(
@@ -86,15 +85,19 @@ def hung(state: Mapping[str, Any], now: float, started_ts: Optional[float]) -> O
         attempt=int(state.get("attempt") or 0),
         state=str(state.get("state")),
         age_s=round(now - updated, 1),
-        hung_after_s=bound,
+        hung_after_s=_bound(state),
         quiet_until_ts=float(quiet_until) if quiet_until else None,
     )
 
 
+def _bound(state: Mapping[str, Any]) -> float:
+    """The supervisor's promise: state.json rewritten at least this often (a state without one: the default)."""
+    return float(state.get("hung_after_s") or HUNG_AFTER.default)
+
+
 def _promise_broken(state: Mapping[str, Any], now: float) -> bool:
     """Past ``hung_after_s`` since the last update, or since the end of the work declared (``quiet_until_ts``)."""
-    bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
-    return now > max(float(state.get("updated_ts", 0)), float(state.get("quiet_until_ts") or 0)) + bound
+    return now > max(float(state.get("updated_ts", 0)), float(state.get("quiet_until_ts") or 0)) + _bound(state)
 
 
 def _read_state(path: Path) -> Tuple[Optional[Dict[str, Any]], str]:
@@ -139,8 +142,7 @@ def _judge(state: Dict[str, Any], now: float) -> Tuple[bool, str]:
         return False, "supervisor process is gone"
     age = now - float(state.get("updated_ts", 0))
     if _promise_broken(state, now):
-        bound = float(state.get("hung_after_s") or HUNG_AFTER.default)
-        return False, f"supervisor state not updated for {age:.0f} s (promised every {bound:.0f} s): hung"
+        return False, f"supervisor state not updated for {age:.0f} s (promised every {_bound(state):.0f} s): hung"
     if phase is State.BACKOFF:
         wait = max(0.0, float(state.get("next_attempt_ts") or now) - now)
         return True, f"backoff, attempt {state.get('attempt', 0)} starts in {wait:.0f} s"

@@ -321,6 +321,8 @@ def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextI
             out.write(_restart_line(inspected, before) + "\n")
             out.flush()
             since = _unix(inspected["State"]["StartedAt"])  # the new start's output, from its first line
+        else:
+            time.sleep(0.5)  # the stream ended but the container runs on (a daemon hiccup): follow it again
 
 
 def _unix(docker_time: str) -> int:
