@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
     health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    health.add_argument(
+        "--act", action="store_true", help="end a hung supervisor: stack dump, supervisor_hung event, SIGKILL (HEALTHCHECK)"
+    )
 
     status = sub.add_parser("status", help="where a run stands; --watch: a live view until Ctrl-C")
     status.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
@@ -137,7 +140,7 @@ def _demo_data(args: argparse.Namespace) -> int:
 def _health(args: argparse.Namespace) -> int:
     from trainbox.health import check
 
-    healthy, why = check(args.run_dir)
+    healthy, why = check(args.run_dir, act=args.act)
     print(("healthy: " if healthy else "unhealthy: ") + why)
     return 0 if healthy else 1
 

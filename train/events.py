@@ -17,8 +17,9 @@ from typing import Any, Dict, List, Optional
 #: (``budget``, ``budget_s``, ``silent_s``); crash: the child exited non-zero;
 #: restart: the next attempt is scheduled; exit: the supervisor ends (``code``);
 #: give_up: the restart budget is spent or the child is misconfigured; device: the child's first beat that
-#: carries ``device`` (the device it found and what it decided for it), once per attempt.
-EVENTS = ("start", "device", "stall", "crash", "restart", "exit", "give_up")
+#: carries ``device`` (the device it found and what it decided for it), once per attempt; supervisor_hung: ``health --act``
+#: found the supervisor itself hung and ended it (written by the health check, :mod:`trainbox.watchdog`).
+EVENTS = ("start", "device", "stall", "crash", "restart", "exit", "give_up", "supervisor_hung")
 #: Fields every record has; a ``device`` beat's fields of the same names are not copied.
 RECORD_FIELDS = ("ts", "event", "attempt")
 

@@ -135,8 +135,16 @@ class RunDir(_Layout):
         "the report written for a stall, before anything was killed; `<session>` is the supervisor's start "
         "(UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
     )
+    supervisor_hang = Numbered(
+        "incidents/<session>-supervisor.txt",
+        "the Python stacks of a hung supervisor and what `health --act` saw before it ended it (see "
+        "[who watches the supervisor](#who-watches-the-supervisor))",
+    )
     lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
     attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
+    container_log = Numbered(
+        "logs/container-<n>.log", "the output of an earlier, stopped container of the run, saved when `invoke train` replaced it"
+    )
     train = Entry("train/", "Ultralytics' run directory (its `project`/`name`)")
     train_args = Entry("train/args.yaml", "the arguments Ultralytics trained with")
     results = Entry("train/results.csv", "Ultralytics' per-epoch metrics")
