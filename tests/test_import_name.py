@@ -103,7 +103,7 @@ def test_run_trains_from_the_users_folder_with_spawned_workers(user_folder: Path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    assert [e["event"] for e in events] == ["start", "exit"] and events[-1]["reason"] == "completed"
+    assert [e["event"] for e in events] == ["start", "device", "exit"] and events[-1]["reason"] == "completed"
     assert (run_dir / "train" / "weights" / "last.pt").is_file()
     log = (run_dir / "logs" / "attempt-0.log").read_text()
     assert "imported instead of the real one" not in log

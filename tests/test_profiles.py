@@ -10,6 +10,7 @@ from tests.supervised import train_cli
 from trainbox import profiles
 from trainbox.ladder import ProfileLadder
 from trainbox.restart import Outcome, OutcomeKind
+from trainbox.yolo.device_defaults import Device, decide
 
 
 def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
@@ -22,8 +23,8 @@ def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
     safe, balanced, fast = (profiles.load(n) for n in ("safe", "balanced", "fast"))
     assert (safe.workers, safe.amp, safe.fallback) == (0, False, None)
     assert (balanced.workers, balanced.multiprocessing_context, balanced.persistent_workers) == (2, "spawn", False)
-    assert balanced.prefetch_factor == 2 and balanced.cpu_threads is not None
-    assert (fast.workers, fast.multiprocessing_context, fast.persistent_workers) == (4, "spawn", True)
+    assert balanced.prefetch_factor == 2 and balanced.cpu_threads is not None and balanced.amp == "auto"
+    assert (fast.workers, fast.amp, fast.multiprocessing_context, fast.persistent_workers) == ("auto", "auto", "spawn", True)
 
 
 def _write(directory: Path, name: str, text: str) -> Path:
@@ -36,8 +37,9 @@ def _write(directory: Path, name: str, text: str) -> Path:
 @pytest.mark.parametrize(
     "extra, field, words",
     [
-        ("workers: many\n", "workers", "valid integer"),
-        ("workers: -1\n", "workers", "greater than or equal to 0"),
+        ("workers: many\n", "workers", "expected a whole number of workers (0 or more) or auto, got 'many'"),
+        ("workers: -1\n", "workers", "expected a whole number of workers (0 or more) or auto, got -1"),
+        ("amp: fp16\n", "amp", "expected true, false or auto, got 'fp16'"),
         ("prefetch_factor: 2\n", "(profile)", "prefetch_factor needs workers > 0"),
         ("multiprocessing_context: thread\n", "multiprocessing_context", "'fork', 'spawn' or 'forkserver'"),
         ("wrokers: 2\n", "wrokers", "Extra inputs are not permitted"),
@@ -77,6 +79,37 @@ def test_ladder_steps_down_on_stalls_and_ends_with_native_convolutions() -> None
     assert ladder.after(_outcome("stalled", stepped=True)).profile == "safe", "mid-training stalls stay on safe"
     assert ladder.after(_outcome("stalled", stepped=False)).profile == "safe-native"
     assert ladder.after(_outcome("stalled", stepped=False)).profile == "safe-native"
+
+
+#: Devices the shipped ladders must stay strictly safer on, rung by rung, for any batch.
+DEVICES = [
+    Device("cpu", "CPU", 2),
+    Device("cpu", "CPU", 64),
+    Device("cuda", "NVIDIA H100 80GB HBM3", 16, capability=(9, 0)),
+    Device("cuda", "NVIDIA H100 80GB HBM3", 1, capability=(9, 0)),
+    Device("cuda", "NVIDIA GeForce GTX 1660 SUPER", 6, capability=(7, 5)),
+    Device("rocm", "AMD Radeon RX 5600 XT", 12, arch="gfx1010", reported_arch="gfx1030"),
+    Device("rocm", "AMD Radeon RX 6800 XT", 2, arch="gfx1030"),
+]
+
+
+def _risk(profile: profiles.Profile, device: Device, batch: object) -> tuple:
+    """What can go wrong on a rung, each part larger = riskier, with ``auto`` resolved for ``device``."""
+    chosen = decide(device, profile.amp, profile.workers, batch)
+    amp = chosen.amp.value is not False
+    vendor_kernels = profile.conv_backend == "miopen"
+    return (chosen.workers.value, profile.persistent_workers, profile.prefetch_factor or 0, amp, profile.compile, vendor_kernels)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=lambda d: f"{d.kind}-{d.arch or d.capability or ''}-{d.cpu_count}cores")
+@pytest.mark.parametrize("top", ["fast-compile", "fast"])
+def test_every_rung_is_strictly_safer_than_the_one_above_on_every_device(device: Device, top: str) -> None:
+    chain = profiles.fallback_chain(profiles.load(top))
+    for batch in (1, 2, 8, 64, -1):
+        risks = [_risk(profile, device, batch) for profile in chain]
+        for upper, lower, above, below in zip(chain, chain[1:], risks, risks[1:]):
+            no_riskier = all(b <= a for a, b in zip(above, below))
+            assert no_riskier and below != above, f"batch {batch}: {lower.name} {below} is not safer than {upper.name} {above}"
 
 
 def test_fallback_loop_is_refused(tmp_path: Path) -> None:

@@ -118,6 +118,29 @@ def test_crash_once_is_restarted(tmp_path: Path) -> None:
     assert "injected crash" in " ".join(crash["last_output"])
 
 
+#: A child that beats the device it found (with a field that would clash with the event's own), then a few steps;
+#: its first attempt crashes.
+DEVICE_CHILD = """
+import os, sys, time
+from trainbox.heartbeat import beat
+beat("setup", force=True, device={"kind": "cpu", "amp": False, "workers": 4, "event": "not mine"})
+for step in range(1, 4):
+    beat("train", step=step, force=True)
+    time.sleep(0.2)
+sys.exit(3 if os.environ["TRAIN_ATTEMPT"] == "0" else 0)
+"""
+
+
+def test_the_device_a_child_beats_is_recorded_once_per_attempt(tmp_path: Path) -> None:
+    result = train_cli(["supervise", "--run-dir", str(tmp_path), *FAST, "--", sys.executable, "-c", DEVICE_CHILD], tmp_path)
+
+    assert result.code == 0, result.stderr
+    assert result.kinds() == ["start", "device", "crash", "restart", "start", "device", "exit"]
+    for attempt, device in enumerate(result.of("device")):
+        assert (device["attempt"], device["kind"], device["amp"], device["workers"]) == (attempt, "cpu", False, 4)
+        assert device["event"] == "device"
+
+
 def test_failing_at_once_twice_is_a_configuration_error(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "import sys; sys.exit('cannot open dataset: /data/missing.yaml')"]
     result = train_cli(["supervise", "--run-dir", str(tmp_path), *FAST, "--", *command], tmp_path)

@@ -7,12 +7,14 @@ one line on stderr and exit status 2, never a traceback (:mod:`trainbox.errors`)
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from trainbox import errors, exit_record, profiles, supervisor_settings, warmup
+from trainbox.container import status as run_status
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
@@ -74,6 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
     health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    health.add_argument(
+        "--act", action="store_true", help="end a hung supervisor: stack dump, supervisor_hung event, SIGKILL (HEALTHCHECK)"
+    )
+
+    status = sub.add_parser("status", help="where a run stands; --watch: a live view until Ctrl-C")
+    status.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C (plain lines without a terminal)")
+    status.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}: does the run finish in time?")
+    report = sub.add_parser("report", help="write the run's report: one self-contained HTML file with charts")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument("--out", type=Path, default=None, help="the HTML file to write (default: RUN_DIR/report.html)")
+    report.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}, for the summary's verdict")
     return parser
 
 
@@ -126,9 +140,38 @@ def _demo_data(args: argparse.Namespace) -> int:
 def _health(args: argparse.Namespace) -> int:
     from trainbox.health import check
 
-    healthy, why = check(args.run_dir)
+    healthy, why = check(args.run_dir, act=args.act)
     print(("healthy: " if healthy else "unhealthy: ") + why)
     return 0 if healthy else 1
+
+
+def _deadline(text: Optional[str]) -> Optional[datetime.datetime]:
+    return run_status.parse_deadline(text, datetime.datetime.now()) if text else None
+
+
+def _status(args: argparse.Namespace) -> int:
+    deadline = _deadline(args.deadline)
+    if args.watch:
+        from trainbox import watch
+
+        return watch.main(args.run_dir, deadline)
+    print("\n".join(run_status.render(args.run_dir, run_status.read(args.run_dir), deadline=deadline)))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from trainbox import report
+
+    deadline = _deadline(args.deadline)
+    if not args.run_dir.is_dir():
+        raise UserError(f"RUN_DIR {args.run_dir} is not a directory: give the folder a run wrote (`run --run-dir`)")
+    try:
+        print(report.write(args.run_dir, args.out, deadline))
+    except ModuleNotFoundError as missing:
+        if missing.name != "matplotlib":
+            raise
+        raise UserError("trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)") from None
+    return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -152,6 +195,8 @@ def _main(own: List[str], command: List[str]) -> int:
             "health": _health,
             "doctor": doctor_cli.main,
             "warmup": warmup.main,
+            "status": _status,
+            "report": _report,
         }
         return handlers[args.command](args)
     except UserError as exc:

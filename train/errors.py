@@ -26,7 +26,8 @@ class ExitCode(IntEnum):
 
     #: The run completed (or the command did what it was asked).
     OK = 0
-    #: The supervisor spent its restart budget; or a check found a problem (``doctor``, ``health``, ``verify``).
+    #: The supervisor spent its restart budget, or its predecessors hung too often (:mod:`trainbox.watchdog`);
+    #: or a check found a problem (``doctor``, ``health``, ``verify``).
     GAVE_UP = 1
     #: Bad input: what was asked cannot be done as asked. Nothing was started or changed.
     USAGE = 2

@@ -11,13 +11,25 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 #: start: an attempt was launched (carries ``profile``); stall: a budget ran out
 #: (``budget``, ``budget_s``, ``silent_s``); crash: the child exited non-zero;
 #: restart: the next attempt is scheduled; exit: the supervisor ends (``code``);
-#: give_up: the restart budget is spent or the child is misconfigured.
-EVENTS = ("start", "stall", "crash", "restart", "exit", "give_up")
+#: give_up: the restart budget is spent or the child is misconfigured; device: the child's first beat that
+#: carries ``device`` (the device it found and what it decided for it), once per attempt; supervisor_hung: ``health --act``
+#: found the supervisor itself hung and ended it (written by the health check, :mod:`trainbox.watchdog`).
+EVENTS = ("start", "device", "stall", "crash", "restart", "exit", "give_up", "supervisor_hung")
+#: Fields every record has; a ``device`` beat's fields of the same names are not copied.
+RECORD_FIELDS = ("ts", "event", "attempt")
+
+
+def device_fields(beat: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The fields of a ``device`` event from a beat that carries a ``device`` object, else None."""
+    device = (beat or {}).get("device")
+    if not isinstance(device, dict):
+        return None
+    return {key: value for key, value in device.items() if key not in RECORD_FIELDS}
 
 
 class EventLog:

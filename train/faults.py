@@ -9,7 +9,10 @@ its conditions match the context the site reports::
 ``attempt`` is always available (from ``TRAIN_ATTEMPT``), and under torchrun
 ``rank`` (from ``RANK``): ``sleep@step,rank=1`` hangs one rank. Code declares sites
 with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
-that is one dictionary lookup.
+that is one dictionary lookup. The supervisor's own site is ``supervisor``
+(each look at the heartbeat; ``epoch`` and ``step`` from the last beat, ``hangs``: how many
+supervisors of the run hung in a row before this one), so that
+``TRAIN_FAULT="wait@supervisor,hangs=0,epoch>=2"`` hangs only the first one.
 
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
@@ -79,6 +82,22 @@ def hang_waiting_on_forked_worker() -> None:
     os.waitpid(pid, 0)
 
 
+def hang_in_wait() -> None:
+    """Wait for a child that never exits: the supervisor's ``wait()`` on a trainer stuck in the GPU driver.
+
+    The children are stopped (SIGSTOP stands in for the driver's D state, which SIGKILL does end), so the
+    trainer makes no progress either; they die with the waiter (``PR_SET_PDEATHSIG``).
+    """
+    import psutil
+
+    children = psutil.Process().children()
+    for child in children:
+        child.suspend()
+    if not children:
+        hang_sleep()
+    os.waitpid(children[0].pid, 0)
+
+
 def hang_ignoring_sigterm() -> None:
     """Ignore SIGTERM, then hang: only SIGKILL ends this process."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -130,6 +149,7 @@ KINDS: Dict[str, Callable[[], None]] = {
     "lock": hang_lock_deadlock,
     "spin": hang_spin,
     "fork": hang_waiting_on_forked_worker,
+    "wait": hang_in_wait,
     "ignore-sigterm": hang_ignoring_sigterm,
     "setsid": hang_with_setsid_grandchild,
     "crash": crash,

@@ -115,7 +115,11 @@ def _smi_output(deadline: float) -> str:
     return "\n".join(sections)
 
 
-def read(timeout: float = 10) -> GpuState:
+#: The longest :func:`read` takes (a hung ``rocm-smi`` is given up on then).
+READ_TIMEOUT_S = 10.0
+
+
+def read(timeout: float = READ_TIMEOUT_S) -> GpuState:
     """rocm-smi / nvidia-smi output when installed, and recent GPU kernel messages; never raises.
 
     ``timeout`` bounds the whole call: each command gets what is left of it, so a

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,8 @@ from trainbox.rundir import IncidentDir, Numbering
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
+#: py-spy dumps at most this many processes at once.
+PY_SPY_PARALLEL = 8
 
 
 def _py_spy() -> Optional[str]:
@@ -104,7 +107,7 @@ def _stacks_by_faulthandler(pids: Sequence[int], dumps: Optional[Numbering]) -> 
 
 def collect_stacks(pids: Sequence[int], dumps: Optional[Numbering]) -> Dict[int, Tuple[Optional[str], str]]:
     """Stacks per pid: py-spy in parallel first, the faulthandler dump for the rest."""
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(pids)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(PY_SPY_PARALLEL, len(pids)))) as pool:
         results = dict(zip(pids, pool.map(_stack_by_py_spy, pids)))
     missing = [pid for pid, (text, _) in results.items() if text is None]
     if missing:
@@ -115,6 +118,14 @@ def collect_stacks(pids: Sequence[int], dumps: Optional[Numbering]) -> Dict[int,
             else:
                 results[pid] = (None, f"{results[pid][1]}; {how}")
     return results
+
+
+def time_limit(processes: int) -> float:
+    """The longest :func:`write_incident` may take for a tree of ``processes``: py-spy's rounds, the
+    faulthandler wait, the GPU tools, and 10 s for the rest (the supervisor declares it to ``health``)."""
+    return (
+        math.ceil(max(processes, 1) / PY_SPY_PARALLEL) * PY_SPY_TIMEOUT_S + FAULTHANDLER_WAIT_S + gpu_state.READ_TIMEOUT_S + 10.0
+    )
 
 
 def _tree_text(rows: List[Dict[str, Any]]) -> str:

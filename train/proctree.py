@@ -213,19 +213,20 @@ def _proc_text(pid: int, name: str) -> str:
         return ""
 
 
+def kernel_state(pid: int) -> Dict[str, Any]:
+    """What the kernel says ``pid`` is doing: its state letter (R, S, D, T ...), ``wchan`` (where it waits) and name."""
+    stat = _proc_text(pid, "stat")
+    # /proc/PID/stat is "pid (comm) state ...": the name may hold spaces and parentheses, the state follows the last ")".
+    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+    return {"pid": pid, "state": state, "wchan": _proc_text(pid, "wchan") or "?", "name": _proc_text(pid, "comm") or "?"}
+
+
 def stuck(pids: Iterable[int]) -> Stuck:
     """The error for processes that survived SIGKILL: pid, state, ``wchan`` (where in the kernel) and name.
 
     Its message is the one line the user reads; ``.processes`` goes into the ``give_up`` event.
     """
-    processes = []
-    for pid in pids:
-        stat = _proc_text(pid, "stat")
-        # /proc/PID/stat is "pid (comm) state ...": the name may hold spaces and parentheses, the state follows the last ")".
-        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-        processes.append(
-            {"pid": pid, "state": state, "wchan": _proc_text(pid, "wchan") or "?", "name": _proc_text(pid, "comm") or "?"}
-        )
+    processes = [kernel_state(pid) for pid in pids]
     shown = ", ".join(f"pid {p['pid']} ({p['name']}, state {p['state']}, wchan {p['wchan']})" for p in processes)
     if any(p["state"] == "D" for p in processes):
         message = f"a process is stuck in the GPU driver (D state): reboot needed; {shown} survived SIGKILL"

@@ -4,20 +4,26 @@ A profile names everything that used to be changed by hand, one night at a
 time: DataLoader workers and their start method, persistence and prefetch,
 validation on/off, mixed precision, CPU threads, the stall budgets, and the
 ``fallback`` profile the next attempt uses after a stall.
+
+``workers`` and ``amp`` may be ``auto``: decided per device by the training
+process once it knows its device (:mod:`trainbox.yolo.device_defaults` holds
+the rules; this module only accepts the word).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainbox.errors import UserError
 
 PROFILES_DIR_ENV = "TRAIN_PROFILES_DIR"
+#: A setting decided per device at run time (workers, amp).
+AUTO = "auto"
 
 
 class ProfileError(UserError):
@@ -29,14 +35,16 @@ class Profile(BaseModel):
 
     name: str
     description: str = ""
-    workers: int = Field(ge=0, description="DataLoader worker processes (0 = load in the main process)")
+    workers: Union[int, Literal["auto"]] = Field(
+        description="DataLoader worker processes (0 = load in the main process), or auto: decided per device"
+    )
     multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = Field(
         default=None, description="how workers start; None keeps PyTorch's default (fork on Linux)"
     )
     persistent_workers: bool = False
     prefetch_factor: Optional[int] = Field(default=None, ge=1, description="batches loaded ahead per worker")
     val: bool = True
-    amp: bool = False
+    amp: Union[bool, Literal["auto"]] = Field(default=False, description="mixed precision, or auto: decided per device")
     cpu_threads: Optional[int] = Field(default=None, ge=1, description="torch intra-op threads; None = all cores")
     compile: bool = Field(default=False, description="torch.compile the model; its compile time counts as startup")
     conv_backend: Literal["miopen", "native"] = Field(
@@ -59,6 +67,20 @@ class Profile(BaseModel):
         default=None,
         description="when there is no fallback left: the profile used after a stall before the first batch",
     )
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers_or_auto(cls, value: Any) -> Any:
+        if value == AUTO or isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise ValueError(f"expected a whole number of workers (0 or more) or {AUTO}, got {value!r}")
+
+    @field_validator("amp", mode="before")
+    @classmethod
+    def _bool_or_auto(cls, value: Any) -> Any:
+        if value == AUTO or isinstance(value, bool):
+            return value
+        raise ValueError(f"expected true, false or {AUTO}, got {value!r}")
 
     @model_validator(mode="after")
     def _loader_options_need_workers(self) -> Profile:

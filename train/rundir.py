@@ -129,17 +129,29 @@ class RunDir(_Layout):
         "heartbeats/rank-<rank>.json",
         "under torchrun: rank `<rank>`'s last beat (its global `RANK`), one file per rank of this node",
     )
+    progress = Entry(
+        "progress.jsonl", "the child's beats, sampled every few seconds and at each phase change (throughput, silences)"
+    )
+    report = Entry("report.html", "`trainbox report`: the run in pictures, one self-contained file (refreshed when the run ends)")
     stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
     incident_dir = Numbered(
         "incidents/<session>-<attempt>/",
         "the report written for a stall, before anything was killed; `<session>` is the supervisor's start "
         "(UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
     )
+    supervisor_hang = Numbered(
+        "incidents/<session>-supervisor.txt",
+        "the Python stacks of a hung supervisor and what `health --act` saw before it ended it (see "
+        "[who watches the supervisor](#who-watches-the-supervisor))",
+    )
     lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
     attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
     rank_error = Numbered(
         "logs/attempt-<n>.torchrun-error.json",
         "under torchrun: the first failed rank's error (`TORCHELASTIC_ERROR_FILE`; written when its entry point is `@record`)",
+    )
+    container_log = Numbered(
+        "logs/container-<n>.log", "the output of an earlier, stopped container of the run, saved when `invoke train` replaced it"
     )
     train = Entry("train/", "Ultralytics' run directory (its `project`/`name`)")
     train_args = Entry("train/args.yaml", "the arguments Ultralytics trained with")

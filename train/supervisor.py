@@ -10,6 +10,9 @@ What the supervisor must survive, and how:
 
 * another supervisor on the same directory: :mod:`trainbox.runlock` refuses it;
 * its own death: the child dies with it (:func:`trainbox.proctree.die_with_parent`);
+* its own hang: it promises ``health`` a fresh ``state.json`` and declares longer
+  work beforehand; ``health --act`` ends it when it breaks that promise
+  (:mod:`trainbox.watchdog`, :mod:`trainbox.health`);
 * a reader that goes away (``| head``, a closed terminal) or a full disk under
   the log: :class:`OutputTee` stops echoing or logging but never stops draining
   the child's pipe, which would block the child and fake a stall;
@@ -33,14 +36,15 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from trainbox import errors, heartbeat, incident, interrupt, proctree, ranks
+from trainbox import errors, faults, heartbeat, incident, interrupt, proctree, ranks, report, watchdog
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
-from trainbox.events import EventLog
+from trainbox.events import EventLog, device_fields, read_events
 from trainbox.output import OutputTee, say
+from trainbox.progress_log import ProgressLog
 from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
 from trainbox.rundir import RunDir
 from trainbox.runlock import RunLock
@@ -85,6 +89,10 @@ class State(str, Enum):
 
 #: States in which ``python -m trainbox health`` reports healthy (while beats keep coming).
 LIVE_STATES = (State.STARTING, State.RUNNING, State.BACKOFF)
+#: States after which the supervisor only exits: ``health --act`` never ends it there.
+FINAL_STATES = (State.SUCCEEDED, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED, State.DISK_FULL, State.STUCK)
+#: Seconds the SIGKILL rounds of ``ProcessTree.terminate`` may take after the grace (50 rounds, 0.05 s each, and scans).
+KILL_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,7 @@ class Supervisor:
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
         self.events = EventLog(self.run_dir.events)
+        self.progress = ProgressLog(self.run_dir.progress)
         #: Names this supervisor's incident reports apart from earlier ones in the same directory.
         self.session = 0
         #: The attempt under way (or the last one), for events written outside the loop.
@@ -158,6 +167,8 @@ class Supervisor:
         #: What state.json says besides the state and the counters (attempt, budget, last beat, ...).
         self._status: Dict[str, Any] = {}
         self._status_written = 0.0
+        #: ``health --act`` ended this many supervisors of the run in a row before this one (trainbox.watchdog).
+        self.hangs = 0
 
     # -- public ----------------------------------------------------------
     def run(self) -> int:
@@ -170,9 +181,12 @@ class Supervisor:
         self.session = self.run_dir.new_session(time.time())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
         proctree.become_subreaper()
+        self._status.update(watchdog.identity(self.session, self.settings.hung_after_s))
+        own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
+        self.hangs = watchdog.hangs_in_a_row(read_events(self.run_dir.events))
         code: int = ExitCode.GAVE_UP
         try:
-            code = self._loop()
+            code = self._hung_too_often() if self.hangs >= watchdog.MAX_HANGS else self._loop()
             return code
         except Stuck as stuck:
             code = self._stuck(stuck)
@@ -189,8 +203,11 @@ class Supervisor:
             with contextlib.suppress(Stuck):
                 self._end_tree()
             self._publish(force=True, exit_code=code)
+            if self.state is not State.DISK_FULL:  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
+                report.refresh(self.run_dir)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            watchdog.remove_stack_dump(own_stacks)
             lock.release()
 
     # -- the loop ----------------------------------------------------------
@@ -350,19 +367,21 @@ class Supervisor:
         if run is None:
             return {"terminated": [], "killed": [], "survivors": []}
         result: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": []}
-        if run.tree.alive():
-            result = run.tree.terminate(self.settings.grace_s)
-        if result["survivors"]:
-            raise proctree.stuck(result["survivors"])
-        try:
-            run.proc.wait(timeout=REAP_S)
-        except subprocess.TimeoutExpired:
-            raise proctree.stuck([run.proc.pid]) from None
+        with self._quiet(self.settings.grace_s + KILL_S + REAP_S):
+            if run.tree.alive():
+                result = run.tree.terminate(self.settings.grace_s)
+            if result["survivors"]:
+                raise proctree.stuck(result["survivors"])
+            try:
+                run.proc.wait(timeout=REAP_S)
+            except subprocess.TimeoutExpired:
+                raise proctree.stuck([run.proc.pid]) from None
         return result
 
     def _watch(self, run: Running) -> Outcome:
         outcome = Outcome(OutcomeKind.EXITED)
         tree, policy = run.tree, run.policy
+        device_recorded = False
         while True:
             if self._stop_signal is not None:
                 self._set_state(State.STOPPING)
@@ -373,8 +392,12 @@ class Supervisor:
             code = run.proc.poll()
             now = time.monotonic()
             progressed = run.beats.poll(now)  # the beats that made progress: every rank's, under torchrun
+            record = progressed[-1].record if progressed else outcome.last_beat
+            faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
+            for progress in progressed:
+                budget_then = policy.current(progress.previous)
+                self.progress.observe(run.attempt, progress.previous, progress.silent_s, budget_then, progress.record)
             if progressed:
-                record = progressed[-1].record
                 outcome.beats += 1
                 outcome.last_beat = record
                 wall = time.time()
@@ -384,6 +407,10 @@ class Supervisor:
                     outcome.first_step_ts = wall
                 if self.state is State.STARTING:
                     self._set_state(State.RUNNING, heartbeat=record)
+                device = None if device_recorded else device_fields(record)
+                if device is not None:
+                    self._emit("device", run.attempt, **device)
+                    device_recorded = True
             if code is not None:
                 outcome.code = code
                 return outcome
@@ -419,6 +446,8 @@ class Supervisor:
         where = self.run_dir.incident_dir(self.session, attempt)
         written: Dict[str, Any] = {"incident": str(where)}
         try:
+            # Declared to `health` (trainbox.watchdog); _end_tree, which comes next, ends the declaration.
+            self._publish(force=True, quiet_until_ts=time.time() + incident.time_limit(len(run.tree.alive())))
             summary = incident.write_incident(
                 where,
                 tree=run.tree,
@@ -518,6 +547,19 @@ class Supervisor:
             errors.report(stuck)
         return stuck.code
 
+    def _hung_too_often(self) -> int:
+        """The supervisors before this one hung ``self.hangs`` times in a row: give up rather than loop (trainbox.watchdog)."""
+        self._set_state(State.GAVE_UP)
+        reason = "supervisor hung"
+        self._emit("give_up", 0, reason=reason, hangs=self.hangs, **self.counters.published())
+        self._emit("exit", 0, code=ExitCode.GAVE_UP, reason=reason, **self.counters.published())
+        say(
+            f"giving up: the supervisor of this run hung {self.hangs} times in a row, each time ended by "
+            f"`health --act`; its stacks are in {self.run_dir.incident_dir.directory}/*-supervisor.txt, the history in "
+            f"{self.run_dir.events}. Find out why before running again (the run resumes from its last checkpoint)."
+        )
+        return ExitCode.GAVE_UP
+
     def _misconfigured(self, attempt: int, outcome: Outcome) -> int:
         self._set_state(State.MISCONFIGURED)
         self._emit("give_up", attempt, reason="misconfigured", **self.counters.published())
@@ -553,6 +595,15 @@ class Supervisor:
             raise
 
     # -- status for `health` and `invoke status` -----------------------------
+    @contextlib.contextmanager
+    def _quiet(self, seconds: float) -> Iterator[None]:
+        """Work that may keep state.json unwritten for up to ``seconds``: declared to ``health`` (trainbox.watchdog)."""
+        self._publish(force=True, quiet_until_ts=time.time() + seconds)
+        try:
+            yield
+        finally:
+            self._publish(force=True, quiet_until_ts=None)
+
     def _set_state(self, state: State, **fields: Any) -> None:
         self.state = state
         self._publish(force=True, **fields)

@@ -98,6 +98,11 @@ LEARNED_FACTOR = Setting(
     "learned_factor", "--learned-factor", 3.0, "learned budget = factor x slowest silent interval in a phase; 0 disables", 0
 )
 LEARNED_FLOOR = Setting("learned_floor_s", "--learned-floor", 60.0, "learned budgets never go below this", 0, above=True)
+#: The supervisor rewrites state.json every second; a few seconds of silence can be a loaded machine's
+#: scheduling, hence the floor of 5 s. ``health --act`` ends a supervisor silent for longer (trainbox.watchdog).
+HUNG_AFTER = Setting(
+    "hung_after_s", "--hung-after", 60.0, "seconds without a state.json update before `health --act` ends the supervisor", 5
+)
 LEARNED_MIN_SAMPLES = Setting(
     "learned_min_samples", "--learned-min-samples", 20, "intervals to see in a phase before learning its budget", 1, whole=True
 )
@@ -113,6 +118,7 @@ SETTINGS = (
     LEARNED_FACTOR,
     LEARNED_FLOOR,
     LEARNED_MIN_SAMPLES,
+    HUNG_AFTER,
 )
 #: The two budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
 LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT)
@@ -138,6 +144,7 @@ class SupervisorSettings:
     learned_factor: float = LEARNED_FACTOR.default
     learned_floor_s: float = LEARNED_FLOOR.default
     learned_min_samples: int = int(LEARNED_MIN_SAMPLES.default)
+    hung_after_s: float = HUNG_AFTER.default
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():

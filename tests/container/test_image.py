@@ -71,4 +71,4 @@ def test_runs_as_default_non_root_user(docker_api, image: Dict[str, object]) -> 
     config = docker_api.inspect_image(image["tag"])["Config"]
     assert config["User"] not in ("", "0", "root")
     assert config["Entrypoint"][:2] == ["tini", "--"]
-    assert config["Healthcheck"]["Test"][-1] == "health"
+    assert config["Healthcheck"]["Test"][-2:] == ["health", "--act"]

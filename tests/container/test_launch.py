@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from trainbox.container import launch
 from trainbox.errors import UserError
+from trainbox.rundir import RunDir
 from trainbox.yolo import dataset
 
 
@@ -43,3 +45,36 @@ def test_a_relative_path_key_is_refused_for_the_container(tmp_path: Path, monkey
     request = launch.TrainRequest(profile="safe", flavor="cpu", root=tmp_path / "checkout", data=tmp_path / "data.yaml")
     with pytest.raises(UserError, match="its relative path: is taken from the folder training runs in"):
         launch.prepare(request)
+
+
+def inspected_after_restart(run_dir: Path, count: int) -> dict:
+    return {
+        "RestartCount": count,
+        "State": {"StartedAt": "2026-11-23T18:20:05.123456789Z", "Running": True, "Restarting": False},
+        "HostConfig": {"RestartPolicy": {"Name": "on-failure", "MaximumRetryCount": 3}},
+        "Config": {"Labels": {"io.trainbox.run-dir": str(run_dir)}},
+    }
+
+
+def test_a_restart_is_one_line_with_the_reason_from_the_runs_history(tmp_path: Path) -> None:
+    """`invoke train` follows a run through Docker's restarts; the line names a hang the health check ended."""
+    before = {"RestartCount": 0, "State": {"StartedAt": "2026-11-23T18:10:00.5Z"}}
+    started = launch._unix(before["State"]["StartedAt"])
+    assert started == 1795457400
+    crashed = launch._restart_line(inspected_after_restart(tmp_path, 1), before)
+    assert crashed == (
+        "trainbox: container restarted by Docker (restart 1 of 3): its supervisor exited (a crash or a kill); "
+        "the run resumes from its last checkpoint"
+    )
+    run = RunDir(tmp_path)
+    hang = {"event": "supervisor_hung", "ts": started + 70, "attempt": 0, "age_s": 71.4}
+    hang["incident"] = "/runs/r/incidents/20261123181000-supervisor.txt"  # as the container sees it
+    run.events.write_text(json.dumps(hang) + "\n")
+    line = launch._restart_line(inspected_after_restart(tmp_path, 2), before)
+    report = run.supervisor_hang(20261123181000)
+    assert line.startswith(
+        f"trainbox: container restarted by Docker (restart 2 of 3): its supervisor hung (state.json not updated for 71 s; "
+        f"stacks in {report})"
+    ), line
+    older = launch._restart_line(inspected_after_restart(tmp_path, 2), {"State": {"StartedAt": "2026-11-23T18:20:00Z"}})
+    assert "exited (a crash or a kill)" in older, "a hang before the last start is not this restart's reason"

@@ -205,7 +205,7 @@ def test_rocm_service() -> None:
     assert rocm.network_mode == "none" and (rocm.restart or "").startswith("on-failure")
     assert rocm.shm_size is not None and rocm.shm_size >= 1024**3
     assert rocm.stop_grace_s is not None and rocm.stop_grace_s >= 60
-    assert rocm.healthcheck is not None and rocm.healthcheck["test"][-1] == "health"
+    assert rocm.healthcheck is not None and rocm.healthcheck["test"][-2:] == ["health", "--act"]
     assert re.fullmatch(r"\d+:\d+", rocm.user or "")
     data = next(b for b in rocm.binds if b["target"] == runtime["TRAINBOX_DATA"])
     assert data["read_only"]

@@ -65,6 +65,8 @@ def test_deadline_parsing() -> None:
     now = datetime.datetime(2026, 11, 21, 23, 0)
     assert status.parse_deadline("07:00", now) == datetime.datetime(2026, 11, 22, 7, 0)
     assert status.parse_deadline("2026-11-21T23:30", now) == datetime.datetime(2026, 11, 21, 23, 30)
+    utc = datetime.datetime(2026, 11, 21, 23, 30, tzinfo=datetime.timezone.utc)
+    assert status.parse_deadline("2026-11-21T23:30+00:00", now) == utc.astimezone().replace(tzinfo=None)
     with pytest.raises(UserError):
         status.parse_deadline("soon", now)
 

@@ -263,11 +263,15 @@ def test_user_errors_are_one_line(args: List[str], env: Dict[str, str], message:
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-def test_existing_container_name_is_a_one_line_error(docker_api, cpu_image, run_name: str, session_env) -> None:
-    docker_api.create_container(cpu_image["tag"], name=f"trainbox-{run_name}", labels={launch.RUN_LABEL: run_name})
+def test_a_running_container_of_the_run_is_a_one_line_error(docker_api, cpu_image, run_name: str, session_env) -> None:
+    """A stopped one is replaced (tests/container/test_watchdog.py); a running one has the run's supervisor."""
+    running = docker_api.create_container(
+        cpu_image["tag"], ["sh", "-c", "sleep 120"], name=f"trainbox-{run_name}", labels={launch.RUN_LABEL: run_name}
+    )
+    docker_api.start(running["Id"])
     result = invoke(["train", "--flavor", "cpu", "--name", run_name], dict(os.environ), timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(f"trainbox: error: container trainbox-{run_name} exists")
+    assert result.stderr.strip().splitlines()[-1].startswith(f"trainbox: error: container trainbox-{run_name} is running")
     assert not (ROOT / "runs" / run_name).exists(), "a refused run must not leave a run directory"
 
 
@@ -357,7 +361,7 @@ def test_invoke_train_on_a_users_export(
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert_checkpoint(runs_dir / run_name)
-    assert [e["event"] for e in events(runs_dir / run_name)] == ["start", "exit"], "no crash, no restart"
+    assert [e["event"] for e in events(runs_dir / run_name)] == ["start", "device", "exit"], "no crash, no restart"
     mounts = {m["Destination"]: m for m in container_of(docker_api, run_name)["Mounts"]}
     assert str(tmp_path) not in mounts, "only the dataset's folders, never the folder around them"
     assert all(not m["RW"] for d, m in mounts.items() if d.startswith(str(tmp_path)))

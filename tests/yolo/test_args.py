@@ -55,6 +55,7 @@ def test_relative_data_path_becomes_absolute(demo_data: Path, monkeypatch: pytes
         (["{data}", "workers=-1"], "workers=-1: must be a whole number from 0 to 256"),
         (["{data}", "save_period=-2"], "save_period=-2: must be a whole number from -1 to 100000"),
         (["{data}", "batch=0"], "batch=0: must not be 0"),
+        (["{data}", "amp=yes"], "amp=yes: expected true, false or one of auto, fp16, bf16, fp32"),
         (["data={data_dir}"], "is a folder; give the path of its dataset YAML (its data.yaml?)"),
     ],
 )

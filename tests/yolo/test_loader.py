@@ -42,8 +42,6 @@ def _trainer(profile_name: str, demo_data: Path, run_dir: Path) -> Any:
         "project": str(run_dir),
         "name": "train",
         "exist_ok": True,
-        "workers": profile.workers,
-        "amp": profile.amp,
     }
     trainer = ProfiledDetectionTrainer(overrides=overrides, settings=from_profile(profile, {}, 60.0))
     trainer.setup_model()

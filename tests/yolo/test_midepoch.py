@@ -101,7 +101,7 @@ def test_resumed_run_sees_the_same_samples_in_the_same_order(uninterrupted: Fini
     whole = trained(uninterrupted)
     assert sorted(whole) == [(e, b) for e in range(2) for b in range(8)]
     assert trained(killed) == whole
-    assert killed.kinds() == ["start", "crash", "restart", "start", "exit"]
+    assert killed.kinds() == ["start", "device", "crash", "restart", "start", "device", "exit"]
     epoch, batch = first_resumed_batch(killed, attempt=1)
     assert epoch == 0 and 2 <= batch <= 6, "continued inside the first epoch from its last mid-epoch checkpoint"
     skipped = {f for (e, b), files in whole.items() if e == 0 and b < batch for f in files}

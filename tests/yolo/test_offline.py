@@ -91,9 +91,13 @@ def test_guard_is_installed_in_dataloader_workers(tmp_path: Path) -> None:
 
 def test_full_run_never_reaches_for_the_network(tmp_path: Path, demo_data: Path) -> None:
     run_dir = tmp_path / "run"
-    done = run_child(run_dir, "balanced", [f"data={demo_data}", "epochs=1", "imgsz=64", "batch=8", "device=cpu", "plots=True"])
+    args = [f"data={demo_data}", "epochs=1", "imgsz=64", "batch=8", "device=cpu", "plots=True", "amp=True"]
+    done = run_child(run_dir, "balanced", args)
     assert done.code == 0, done.output[-3000:]
     assert not (run_dir / "network.log").exists(), (run_dir / "network.log").read_text()
+    device = (done.beat() or {})["device"]  # amp=True took trainbox's offline check, not Ultralytics' download
+    assert (device["kind"], device["amp"], device["amp_check"]) == ("cpu", False, "cpu: AMP runs on a GPU only")
+    assert (device["workers"], device["pin_memory"]) == (2, False)
     user_dir = run_dir / "ultralytics" / "Ultralytics"
     assert (user_dir / "Arial.ttf").is_file() and (user_dir / "Arial.Unicode.ttf").is_file()
     settings = json.loads((user_dir / "settings.json").read_text())

@@ -3,6 +3,13 @@
 The container is created through the Docker SDK from the resolved compose
 service (:mod:`trainbox.container.compose`) plus what differs per run: command,
 run name, dataset mount and extra environment.
+
+The same ``invoke train --name RUN`` again resumes RUN (after a ``docker kill``,
+a reboot, a stop): a *stopped* container of that name is retired first, its
+output saved to ``runs/RUN/logs/container-<n>.log`` (``docker logs`` would be
+gone with it), while a running one is refused, since a run has one supervisor.
+Following a run goes on through Docker's restarts of its container (a hung
+supervisor ended by ``health --act``, a crash) and says each in one line.
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ import docker
 from docker.types import DeviceRequest, Mount
 
 from trainbox import exit_record
+from trainbox.atomic import atomic_writer
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
+from trainbox.events import read_events
 from trainbox.interrupt import StopRequested, on_stop
+from trainbox.rundir import RunDir
 from trainbox.yolo import dataset
 
 RUN_LABEL = "io.trainbox.run"
@@ -230,13 +240,19 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
     for volume in service.named_volumes:
         _ensure_volume(client, volume["source"], service.project)
     host_config = client.create_host_config(**host_config_kwargs(service))
-    name = f"{service.project}-{labels[RUN_LABEL]}"
-    taken = UserError(f"container {name} exists: pick another --name or remove it (docker rm {name})")
-    if client.containers(all=True, filters={"name": f"^/{name}$"}):
+    run, name = labels[RUN_LABEL], f"{service.project}-{labels[RUN_LABEL]}"
+    taken = UserError(
+        f"container {name} is running: run {run} is training already (follow it: `invoke logs --run {run} --follow`;"
+        f" stop it: `invoke stop --run {run}`)"
+    )
+    previous = client.containers(all=True, filters={"name": f"^/{name}$"})
+    if previous and _running(client.inspect_container(previous[0]["Id"])):
         raise taken  # before the run directory is made: a refused run leaves nothing behind
     user = (service.user or "0:0").split(":")
     # The run's own directory is what the container mounts: it must exist, owned by the container's user.
     dotenv.ensure_owned_dir(Path(labels["io.trainbox.run-dir"]), int(user[0]), int(user[-1]))
+    if previous:
+        _retire(client, previous[0]["Id"], name, RunDir(Path(labels["io.trainbox.run-dir"])))
     try:
         container = client.create_container(host_config=host_config, name=name, **create_kwargs(service, labels))
     except docker.errors.APIError as exc:
@@ -255,6 +271,27 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
     return client, container["Id"], service
 
 
+def _running(inspected: Dict[str, Any]) -> bool:
+    """Whether a container is (or is about to be) running: paused or being restarted by its policy counts."""
+    state = inspected["State"]
+    return bool(state["Running"] or state["Restarting"] or state["Paused"])
+
+
+def _retire(client: docker.APIClient, container_id: str, name: str, run: RunDir) -> Path:
+    """Save a stopped container's output into the run directory, then remove the container; return the log's path."""
+    number = 0
+    while run.container_log(number).exists():
+        number += 1
+    log = run.container_log(number)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_writer(log) as handle:
+        for chunk in client.logs(container_id, stream=True, follow=False):
+            handle.write(chunk)
+    client.remove_container(container_id)
+    print(f"note: replaced the stopped container {name} (its output is saved in {log}); the run resumes", file=sys.stderr)
+    return log
+
+
 def _ensure_volume(client: docker.APIClient, name: str, project: str) -> None:
     """Create a named volume with compose's labels, so `docker compose` adopts it."""
     if any(v["Name"] == name for v in client.volumes(filters={"name": name}).get("Volumes") or []):
@@ -264,19 +301,51 @@ def _ensure_volume(client: docker.APIClient, name: str, project: str) -> None:
 
 
 def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextIO] = None) -> int:
-    """Stream logs until the container stops for good (restarts included) and return its exit code."""
+    """Stream logs until the container stops for good and return its exit code; each restart is one line."""
     out = out or sys.stdout
     since: Optional[int] = None
+    inspected = client.inspect_container(container_id)
     while True:
         for chunk in client.logs(container_id, stream=True, follow=True, since=since):
             out.write(chunk.decode(errors="replace"))
             out.flush()
         since = int(time.time())
+        before = inspected
         inspected = client.inspect_container(container_id)
-        state = inspected["State"]
-        if not (state["Running"] or state["Restarting"]):
+        while inspected["State"]["Restarting"]:  # the policy's delay: wait for the new start
+            time.sleep(0.5)
+            inspected = client.inspect_container(container_id)
+        if not inspected["State"]["Running"]:
             return _real_exit(inspected)
-        time.sleep(1)
+        if inspected["RestartCount"] > before["RestartCount"]:
+            out.write(_restart_line(inspected, before) + "\n")
+            out.flush()
+            since = _unix(inspected["State"]["StartedAt"])  # the new start's output, from its first line
+        else:
+            time.sleep(0.5)  # the stream ended but the container runs on (a daemon hiccup): follow it again
+
+
+def _unix(docker_time: str) -> int:
+    """Docker's ``2026-11-23T18:20:01.123456789Z`` as whole unix seconds."""
+    moment = datetime.datetime.strptime(docker_time[:19], "%Y-%m-%dT%H:%M:%S")
+    return int(moment.replace(tzinfo=datetime.timezone.utc).timestamp())
+
+
+def _restart_line(inspected: Dict[str, Any], before: Dict[str, Any]) -> str:
+    """One line for a restart by Docker's policy, with the reason the run's history gives."""
+    maximum = (inspected["HostConfig"].get("RestartPolicy") or {}).get("MaximumRetryCount")
+    count = f"restart {inspected['RestartCount']}" + (f" of {maximum}" if maximum else "")
+    run_dir = (inspected["Config"].get("Labels") or {}).get("io.trainbox.run-dir")
+    previous_start = _unix(before["State"]["StartedAt"])
+    run = RunDir(Path(run_dir or "."))
+    events = read_events(run.events) if run_dir else []
+    hang = next((e for e in reversed(events) if e.get("event") == "supervisor_hung" and e.get("ts", 0) >= previous_start), None)
+    why = "its supervisor exited (a crash or a kill)"
+    if hang is not None:
+        # The event names the report as the container sees it; the same file on this host:
+        report = run.supervisor_hang.directory / Path(str(hang.get("incident"))).name
+        why = f"its supervisor hung (state.json not updated for {hang.get('age_s', 0):.0f} s; stacks in {report})"
+    return f"trainbox: container restarted by Docker ({count}): {why}; the run resumes from its last checkpoint"
 
 
 def _real_exit(inspected: Dict[str, Any]) -> int:

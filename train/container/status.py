@@ -56,7 +56,8 @@ class Progress:
         return sum(1 for record in self.events if record.get("event") == event)
 
 
-def _json(path: Path) -> Dict[str, Any]:
+def json_object(path: Path) -> Dict[str, Any]:
+    """The JSON object in ``path``; {} when it is missing, torn or not an object."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -67,7 +68,7 @@ def _json(path: Path) -> Dict[str, Any]:
 def _lowest_rank_beat(run: RunDir) -> Dict[str, Any]:
     """Under torchrun: the last beat of the lowest rank of this node (rank 0 on the first node); else empty."""
     directory = run.rank_heartbeat.directory
-    beats = [_json(path) for path in directory.iterdir()] if directory.is_dir() else []
+    beats = [json_object(path) for path in directory.iterdir()] if directory.is_dir() else []
     ranked = [beat for beat in beats if isinstance(beat.get("rank"), int)]
     return min(ranked, key=lambda beat: beat["rank"]) if ranked else {}
 
@@ -84,8 +85,8 @@ def read(run_dir: Path) -> Progress:
         pass
     checkpoint = run.last_checkpoint
     return Progress(
-        state=_json(run.state),
-        beat=_lowest_rank_beat(run) or _json(run.heartbeat),
+        state=json_object(run.state),
+        beat=_lowest_rank_beat(run) or json_object(run.heartbeat),
         events=read_events(run.events),
         epochs=args.get("epochs"),
         batch_size=args.get("batch"),
@@ -93,22 +94,40 @@ def read(run_dir: Path) -> Progress:
     )
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``1h05m`` or ``4m09s``."""
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
+#: What ``--deadline`` takes, for its help and its error (``parse_deadline``).
+DEADLINE_FORMATS = "HH:MM or YYYY-MM-DDTHH:MM[+01:00]"
+
+
 def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
-    """ISO date-time (``2026-11-21T07:00``) or ``HH:MM`` (the next such time)."""
+    """ISO date-time (``2026-11-21T07:00``, with or without a UTC offset) or ``HH:MM`` (the next such time)."""
     try:
         if len(text) <= 5 and ":" in text:
             clock = datetime.datetime.strptime(text, "%H:%M").time()
             moment = datetime.datetime.combine(now.date(), clock)
             return moment if moment > now else moment + datetime.timedelta(days=1)
-        return datetime.datetime.fromisoformat(text)
+        moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise UserError(f"--deadline {text!r}: use HH:MM or YYYY-MM-DDTHH:MM") from None
+        raise UserError(f"--deadline {text!r}: use {DEADLINE_FORMATS}") from None
+    # With a UTC offset (2026-11-22T07:00+01:00): the same moment on this machine's clock, which ETAs use.
+    return moment.astimezone().replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def deadline_verdict(deadline: datetime.datetime, finish_ts: Optional[float], finished: bool = False) -> str:
+    """``2026-11-22 07:00: expected finish 06:12, makes it with 48m00s to spare`` (or ``late by``, or cannot tell)."""
+    if finish_ts is None:
+        return f"{deadline:%Y-%m-%d %H:%M}: cannot tell yet (no ETA)"
+    finish = datetime.datetime.fromtimestamp(finish_ts)
+    margin = (deadline - finish).total_seconds()
+    made = "made it" if finished else "makes it"
+    verdict = f"{made} with {duration(margin)} to spare" if margin >= 0 else f"late by {duration(-margin)}"
+    return f"{deadline:%Y-%m-%d %H:%M}: {'finished' if finished else 'expected finish'} {finish:%H:%M}, {verdict}"
 
 
 def render(
@@ -132,25 +151,19 @@ def render(
         batches = f"/{per_epoch:.0f}" if per_epoch else ""
         lines.append(
             f"progress  epoch {beat.get('epoch', '?')}{epochs}, batch {beat.get('batch', '?')}{batches}, "
-            f"phase {beat.get('phase', '?')}, last beat {_duration(now - beat.get('ts', now))} ago"
+            f"phase {beat.get('phase', '?')}, last beat {duration(now - beat.get('ts', now))} ago"
         )
         if beat.get("imgs_per_s"):
             lines.append(f"speed     {beat['imgs_per_s']} img/s")
     else:
         lines.append("progress  no heartbeat yet")
     eta = progress.eta_s()
-    lines.append(f"eta       {_duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
+    lines.append(f"eta       {duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
     lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
     if health:
         lines.append(f"health    {health}")
     checkpoint = progress.checkpoint_mtime
-    lines.append(f"checkpoint {'last.pt ' + _duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
+    lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
     if deadline is not None:
-        if eta is None:
-            lines.append(f"deadline  {deadline:%Y-%m-%d %H:%M}: cannot tell yet (no ETA)")
-        else:
-            finish = datetime.datetime.fromtimestamp(now + eta)
-            margin = (deadline - finish).total_seconds()
-            verdict = f"makes it with {_duration(margin)} to spare" if margin >= 0 else f"late by {_duration(-margin)}"
-            lines.append(f"deadline  {deadline:%Y-%m-%d %H:%M}: expected finish {finish:%H:%M}, {verdict}")
+        lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
     return lines

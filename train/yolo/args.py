@@ -25,7 +25,8 @@ the runner does not support multi-GPU DDP. The DataLoader start method,
 persistent workers, prefetch and CPU threads are not Ultralytics arguments
 and come from the profile only. ``workers``, ``val``, ``amp`` and
 ``compile`` are Ultralytics arguments that the profile also sets: given
-here, they override the profile (``python -m trainbox run`` drops them again
+here, they override the profile (``amp=`` takes ``true``/``false``, ``auto``,
+``fp16``, ``bf16`` or ``fp32``) (``python -m trainbox run`` drops them again
 when it falls back to another profile).
 """
 
@@ -40,6 +41,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from trainbox.errors import UserError
+from trainbox.profiles import AUTO
 from trainbox.yolo import dataset
 
 
@@ -58,6 +60,9 @@ RUNNER_OWNED: Dict[str, str] = {
 
 #: Arguments that override the profile's settings of the same name.
 PROFILE_KEYS = ("workers", "val", "amp", "compile")
+#: ``amp=``: Ultralytics' precisions, and ``auto`` (decided for the device, as a profile's ``amp: auto``).
+#: Any other string would switch Ultralytics' own AMP check on, which downloads weights.
+AMP_WORDS = (AUTO, "fp16", "bf16", "fp32")
 
 _TYPE_NAMES = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "tuple": list, "dict": dict}
 _DECLARED = re.compile(r"#\s*\(([^)]*)\)")
@@ -209,6 +214,8 @@ def validate_overrides(pairs: Sequence[str]) -> Dict[str, Any]:
             raise OverrideError("save=False would write no checkpoint, and nothing could resume")
         if key == "device" and (isinstance(value, list) and len(value) > 1 or "," in str(value)):
             raise OverrideError(f"device={text}: one device per run (the runner does not support DDP)")
+        if key == "amp" and isinstance(value, str) and value not in AMP_WORDS:
+            raise OverrideError(f"amp={text}: expected true, false or one of {', '.join(AMP_WORDS)}")
         if key == "batch" and isinstance(value, int) and value == 0:
             raise OverrideError("batch=0: must not be 0 (-1 lets Ultralytics choose)")
         if key in BOUNDS:

@@ -17,7 +17,9 @@ the run, continuing across resumed attempts). Phases and their budgets:
 * ``save``, the profile's ``save_timeout``: writing checkpoints.
 
 Train beats add ``loss`` (the epoch's running mean of the summed loss items)
-and ``imgs_per_s`` (this epoch's average).
+and ``imgs_per_s`` (this epoch's average). A setup beat adds ``device`` (the
+device found and the AMP, workers and pinned-memory decisions with their
+reasons); as every field left out, it stays in the beats that follow.
 
 Fault site ``train_batch``: in the training process after each train batch's
 beat, context ``epoch``, ``batch``, ``step`` as above.
@@ -26,7 +28,7 @@ beat, context ``epoch``, ``batch``, ``step`` as above.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from trainbox import faults, heartbeat
 
@@ -60,6 +62,11 @@ class TrainingBeats:
     def setup(self) -> None:
         """The child's first beat: setup has started, with the startup budget."""
         self.beat("setup", self.startup_timeout, force=True)
+
+    def device(self, record: Dict[str, Any]) -> None:
+        """Still setup: the device found and what was decided for it (``device_defaults``); later beats keep it."""
+        # Without epoch/batch/step: a beat that has them counts as the first training step (the startup fallback's cue).
+        heartbeat.beat("setup", timeout=self.startup_timeout, force=True, device=record)
 
     def on_train_start(self, trainer: Any) -> None:
         self.step = trainer.start_epoch * len(trainer.train_loader)

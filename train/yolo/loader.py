@@ -197,10 +197,12 @@ def rebuild(
     network_log: Optional[Path],
     train: bool,
     seed: int = 0,
+    pin_memory: Optional[bool] = None,
 ) -> ProfileDataLoader:
     """A ProfileDataLoader over the same dataset, sampler and collate function as ``base``.
 
     ``workers`` is capped at the number of batches (more processes than batches never help).
+    ``pin_memory`` None keeps ``base``'s (Ultralytics pins whenever it trains on a GPU).
     A training loader gets the positioned sampler and per-sample seeds of
     ``trainbox.yolo.position`` (mid-epoch resume; same order for any worker count;
     a DDP rank's loader, whose sampler Ultralytics made a DistributedSampler, its share).
@@ -225,7 +227,7 @@ def rebuild(
         drop_last=base.drop_last,
         num_workers=min(workers, batches),
         collate_fn=base.collate_fn,
-        pin_memory=base.pin_memory,
+        pin_memory=base.pin_memory if pin_memory is None else pin_memory,
         generator=base.generator,
         worker_init_fn=WorkerInit(base.worker_init_fn, network_log, train),
         multiprocessing_context=multiprocessing_context,

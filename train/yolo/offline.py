@@ -16,8 +16,10 @@ What Ultralytics 8.4.190 reads (checked in its source):
 * Settings ``sync`` (analytics) and the integrations (clearml, comet, dvc,
   mlflow, raytune, tensorboard, wandb) are switched off after import.
 
-Training from ``yolov8n.yaml`` needs no weights, and ``amp=False`` (every
-shipped profile) skips ``check_amp``, which would download a model.
+Training from ``yolov8n.yaml`` needs no weights, and Ultralytics' ``check_amp``,
+which would download a model, never runs: the trainer hands Ultralytics
+``amp=False`` for its setup and checks AMP offline itself
+(``trainbox.yolo.trainer``, ``trainbox.yolo.device_probe``).
 
 ``install_network_guard`` adds an audit hook that refuses every
 ``socket.connect``, ``sendto``, ``getaddrinfo`` and ``gethostbyname*`` to a

@@ -95,13 +95,12 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
     )
     args = {key: value for key, value in overrides.items() if key not in PROFILE_KEYS}
     model = args.pop("model", DEFAULT_MODEL)
+    # workers and amp are left to the trainer: it decides them for the device Ultralytics selects (device_defaults).
     args.update(
         project=str(run.train.parent),
         name=run.train.name,
         exist_ok=True,
-        workers=settings.workers,
         val=settings.val,
-        amp=settings.amp,
         compile=settings.compile,
         resume=str(resume_from) if resume_from else False,
     )

@@ -1,5 +1,8 @@
 """What one attempt applies: the profile, with the ``workers``/``val``/``amp``/``compile`` overrides (no torch here).
 
+``workers`` and ``amp`` may still be ``auto`` here; the trainer resolves them
+(and ``pin_memory``) once it knows its device (:func:`for_device`).
+
 The settings reach Ultralytics' DDP ranks through the environment
 (``TRAIN_RUN_SETTINGS``, JSON): ``device=0,1`` makes Ultralytics start
 ``torch.distributed.run`` on a generated script that rebuilds the trainer
@@ -17,16 +20,17 @@ from typing import Any, Dict, Optional, Union
 
 from trainbox.profiles import Profile
 from trainbox.yolo.args import PROFILE_KEYS
+from trainbox.yolo.device_defaults import DeviceDefaults
 
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    workers: int
+    workers: Union[int, str]
     multiprocessing_context: Optional[str]
     persistent_workers: bool
     prefetch_factor: Optional[int]
     val: bool
-    amp: bool
+    amp: Union[bool, str]
     compile: Union[bool, str]
     conv_backend: str
     cpu_threads: Optional[int]
@@ -36,6 +40,8 @@ class RunSettings:
     midepoch_checkpoint_s: float = 0.0
     midepoch_checkpoint_batches: int = 0
     network_log: Optional[Path] = None
+    #: None until :func:`for_device` decides it.
+    pin_memory: Optional[bool] = None
 
     def publish(self) -> None:
         """Put these settings into this process's environment, for the DDP ranks it starts (:func:`inherited`)."""
@@ -78,4 +84,11 @@ def from_profile(
         midepoch_checkpoint_s=profile.midepoch_checkpoint_s,
         midepoch_checkpoint_batches=profile.midepoch_checkpoint_batches,
         network_log=network_log,
+    )
+
+
+def for_device(settings: RunSettings, defaults: DeviceDefaults) -> RunSettings:
+    """``settings`` with ``workers``, ``amp`` and ``pin_memory`` as decided for the device found."""
+    return dataclasses.replace(
+        settings, workers=defaults.workers.value, amp=defaults.amp.value, pin_memory=defaults.pin_memory.value
     )

@@ -11,6 +11,18 @@ attempts alike: workers, val, amp, compile, the convolution backend
 every validation start, since a stand-alone validator resets them), and the
 DataLoader options via ``get_dataloader``. Nothing in torch or Ultralytics is patched.
 
+Workers, AMP and pinned memory are decided for the device Ultralytics
+selected (``self.device``), by :mod:`trainbox.yolo.device_defaults`, right
+after ``super().__init__``. FP16 AMP takes a detour around Ultralytics' AMP
+check, which downloads ``yolo26n.pt``: Ultralytics' ``_setup_train`` sees
+``amp=False``, and ``resume_training`` — the one step of it between that check
+and the first use of the gradient scaler (a resumed checkpoint's scaler
+state is loaded there) — runs the offline check (``device_probe.amp_check``)
+and switches AMP and its scaler on when it passes (so ``batch=-1``, AutoBatch, which runs
+before it, sizes the batch for FP32: smaller than with AMP, never too large). The decisions, with their
+reasons, then go out in a ``setup`` beat's ``device`` field (the supervisor
+records it as the attempt's ``device`` event) and into ``args.yaml``.
+
 The subclass also beats (``beats.TrainingBeats``), fires the ``val_end``
 fault site (right after each in-training validation, context ``epoch``),
 writes every checkpoint atomically (``checkpoint``), including the final
@@ -38,12 +50,14 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from ultralytics.cfg import DEFAULT_CFG
 from ultralytics.models.yolo.detect import DetectionTrainer
-from ultralytics.utils import LOGGER
+from ultralytics.utils import LOGGER, YAML
+from ultralytics.utils.torch_utils import unwrap_model
 
 from trainbox import faults
-from trainbox.yolo import checkpoint, loader, midepoch, offline
+from trainbox.rundir import RunDir
+from trainbox.yolo import checkpoint, device_defaults, device_probe, loader, midepoch, offline
 from trainbox.yolo.beats import TrainingBeats
-from trainbox.yolo.settings import RunSettings, inherited
+from trainbox.yolo.settings import RunSettings, for_device, inherited
 
 
 def apply_cpu_threads(threads: Optional[int]) -> int:
@@ -73,10 +87,12 @@ class ProfiledDetectionTrainer(DetectionTrainer):
             if settings.network_log is not None:
                 offline.install_network_guard(settings.network_log)
             offline.disable_settings_sync()
-        self.settings = settings
+        described = device_probe.describe(self.device)
+        self.device_defaults = device_defaults.decide(described, settings.amp, settings.workers, self.args.batch)
+        self.settings = settings = for_device(settings, self.device_defaults)
         self.args.workers = settings.workers
         self.args.val = settings.val
-        self.args.amp = settings.amp
+        self.args.amp = False if settings.amp is True else settings.amp  # FP16: checked offline in resume_training
         self.args.compile = settings.compile
         if settings.conv_backend == "native":
             torch.backends.cudnn.enabled = False  # PyTorch's own convolutions: no MIOpen/cuDNN kernel compilation
@@ -118,8 +134,30 @@ class ProfiledDetectionTrainer(DetectionTrainer):
             self.args.project, self.args.name, self.args.exist_ok = overrides["project"], overrides["name"], True
             self.args.save_dir = str(Path(overrides["project"]) / overrides["name"])
 
+    def _settle_amp(self) -> None:
+        """AMP as decided, FP16 only once the offline check passes; then record the device's decisions."""
+        check = None
+        if self.settings.amp is True:
+            model: Any = self.model  # built and on the device by now (Ultralytics types it as a path too)
+            passed, check = device_probe.amp_check(unwrap_model(model), self.device)
+            self.amp = passed
+            self.args.amp = passed
+            self.scaler = device_probe.grad_scaler(enabled=passed)
+        record = self.device_defaults.record(amp=self.args.amp, amp_check=check)
+        LOGGER.info(
+            f"trainbox: {record['description']}: amp={record['amp']} ({check or record['amp_reason']}), "
+            f"workers={record['workers']} ({record['workers_reason']}), pin_memory={record['pin_memory']}"
+        )
+        self.beats.device(record)
+        # Ultralytics wrote args.yaml in its __init__, before the device was decided for.
+        YAML.save(Path(self.save_dir) / RunDir.train_args.name, vars(self.args))
+
     def resume_training(self, ckpt: Optional[Dict[str, Any]]) -> None:
-        """Ultralytics' resume from an epoch-end checkpoint; an exact continuation from a mid-epoch one."""
+        """Ultralytics' resume from an epoch-end checkpoint; an exact continuation from a mid-epoch one.
+
+        AMP is settled first (see the module docstring): the scaler must be the real one before its state is loaded.
+        """
+        self._settle_amp()
         if self.resume and ckpt is not None and midepoch.position_of(ckpt) is not None:
             self.midepoch.restore(self, ckpt)
         else:
@@ -141,10 +179,11 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         base = super().get_dataloader(dataset_path, batch_size, rank, mode)
         return loader.rebuild(
             base,
-            workers=self.settings.workers,
+            workers=int(self.settings.workers),  # decided for the device in __init__
             multiprocessing_context=self.settings.multiprocessing_context,
             persistent_workers=self.settings.persistent_workers,
             prefetch_factor=self.settings.prefetch_factor,
+            pin_memory=self.settings.pin_memory,
             network_log=self.settings.network_log,
             train=mode == "train",
             seed=self.args.seed,

@@ -7,7 +7,7 @@
 #                     it (RUN ARGS default to --profile safe; image default);
 #                     $TRAINBOX_DEMO_DEFAULTS fill in KEY=VALUEs not given
 #   train RUN ARGS    python -m trainbox run --run-dir RUN_DIR RUN ARGS
-#   health            python -m trainbox health --run-dir RUN_DIR (HEALTHCHECK)
+#   health [--act]    python -m trainbox health --run-dir RUN_DIR (HEALTHCHECK: --act)
 #   bash / sh         a shell with this environment (invoke shell)
 #   anything else     python -m trainbox ARGS
 set -eu
