@@ -69,11 +69,13 @@ class Track:
 
 @dataclass(frozen=True)
 class Progress:
-    """A beat that made progress, the same process's beat before it (None: its first), and the silence it ended."""
+    """A beat that made progress, the same process's beat before it (None: its first), the silence it ended,
+    and the budget that was in force for that silence (before the policy learned from it)."""
 
     record: Dict[str, Any]
     previous: Optional[Dict[str, Any]]
     silent_s: float
+    budget: Budget
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class JobBeats:
         pid = (record or {}).get("pid")
         if record is None or key is None or (key == track.key and pid == track.pid):
             return None
-        progress = Progress(record, track.beat, now - track.progress)
+        progress = Progress(record, track.beat, now - track.progress, self.policy.current(track.beat))
         self.policy.observe(track.beat, progress.silent_s)
         track.key, track.beat, track.pid, track.progress = key, record, pid, now
         return progress

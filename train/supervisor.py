@@ -395,8 +395,7 @@ class Supervisor:
             record = progressed[-1].record if progressed else outcome.last_beat
             faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
             for progress in progressed:
-                budget_then = policy.current(progress.previous)
-                self.progress.observe(run.attempt, progress.previous, progress.silent_s, budget_then, progress.record)
+                self.progress.observe(run.attempt, progress.previous, progress.silent_s, progress.budget, progress.record)
             if progressed:
                 outcome.beats += 1
                 outcome.last_beat = record
