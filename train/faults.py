@@ -8,7 +8,8 @@ its conditions match the context the site reports::
 
 ``attempt`` is always available (from ``TRAIN_ATTEMPT``). Code declares sites
 with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
-that is one dictionary lookup.
+that is one dictionary lookup. The compile faults run for
+``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
 
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
@@ -29,6 +30,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 FAULT_ENV = "TRAIN_FAULT"
+#: How long the compile faults work before they let the child go on.
+SECONDS_ENV = "TRAIN_FAULT_SECONDS"
+
+
+def _fault_seconds() -> float:
+    return float(os.environ.get(SECONDS_ENV, "20"))
 
 
 def hang_sleep() -> None:
@@ -93,6 +100,57 @@ def hang_with_setsid_grandchild() -> None:
     hang_sleep()
 
 
+def hang_in_dataloader() -> None:
+    """A real torch DataLoader whose two forked workers block in ``__getitem__``: the main thread waits on them."""
+    import torch.utils.data
+
+    class BlockingDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, index: int) -> int:
+            hang_sleep()
+            return index
+
+    loader = torch.utils.data.DataLoader(BlockingDataset(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    for _ in loader:
+        pass
+
+
+#: A C file that keeps ``cc -O2`` busy for about a second per run: many functions with loops to unroll.
+_C_SOURCE = "".join(
+    f"int f{i}(int x) {{ int s = 0; for (int j = 0; j < 64; j++) s += (x * j) ^ (s >> {i % 7 + 1}); return s; }}\n"
+    for i in range(400)
+)
+
+
+def compile_with_cc() -> None:
+    """Run real compiler processes (``cc -O2`` on a generated file), one after another, for TRAIN_FAULT_SECONDS."""
+    import tempfile
+
+    deadline = time.monotonic() + _fault_seconds()
+    with tempfile.TemporaryDirectory(prefix="trainbox-cc-") as work:
+        source = Path(work) / "kernels.c"
+        source.write_text(_C_SOURCE)
+        while time.monotonic() < deadline:
+            subprocess.run(["cc", "-O2", "-c", str(source), "-o", str(Path(work) / "kernels.o")], check=True)
+
+
+def compile_into_inductor_cache() -> None:
+    """Compile in-process (CPU work, no compiler process) and write a kernel file into TORCHINDUCTOR_CACHE_DIR every
+    half second, as MIOpen through comgr does into its cache: the growing cache is the only outside sign."""
+    cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    cache.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + _fault_seconds()
+    kernel = 0
+    while time.monotonic() < deadline:
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            sum(i * i for i in range(1000))
+        (cache / f"kernel-{os.getpid()}-{kernel}.so").write_bytes(os.urandom(4096))
+        kernel += 1
+
+
 def crash() -> None:
     """Exit with status 3, as a training script that hit an error would."""
     sys.stderr.write("trainbox fault: injected crash\n")
@@ -129,6 +187,9 @@ KINDS: Dict[str, Callable[[], None]] = {
     "crash": crash,
     "sigkill": sigkill_self,
     "finish-during-incident": finish_during_incident,
+    "loader": hang_in_dataloader,
+    "cc": compile_with_cc,
+    "cache": compile_into_inductor_cache,
 }
 
 
@@ -210,6 +271,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
     args = parser.parse_args(argv)
     time.sleep(args.silent_start)
+    point("start")
     for step in range(args.steps):
         if step == args.slow_step:
             heartbeat.beat("slow", step=step, timeout=args.phase_timeout, force=True)

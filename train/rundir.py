@@ -108,7 +108,10 @@ class _Layout:
 class IncidentDir(_Layout):
     """``incidents/<session>-<attempt>/``: what a stalled run looked like (see :mod:`trainbox.incident`)."""
 
-    summary = Entry("summary.json", "which budget ran out, how long the child was silent, how stacks were obtained")
+    summary = Entry(
+        "summary.json", "which budget ran out, how long the child was silent, how stacks were obtained, cause and evidence"
+    )
+    evidence = Entry("evidence.json", "the samples of the silent tree the cause was judged from")
     processes_json = Entry("processes.json", "the process tree with states, CPU times, threads")
     processes_txt = Entry("processes.txt", "the same tree, for reading")
     stack = Numbered("stacks/<pid>.txt", "all threads' Python stacks of one process of the tree")

@@ -35,16 +35,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from trainbox import errors, heartbeat, incident, interrupt, proctree
+from trainbox import errors, gpu_release, heartbeat, incident, interrupt, proctree, restart
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
 from trainbox.events import EventLog
 from trainbox.output import OutputTee, say
-from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
+from trainbox.restart import CauseStreak, Counters, Outcome, OutcomeKind, Retry, Verdict, decide, retry_for
 from trainbox.rundir import RunDir
 from trainbox.runlock import RunLock
-from trainbox.supervisor_settings import STALL_TIMEOUT, STARTUP_TIMEOUT, SupervisorSettings
+from trainbox.silence import Action, Call, Limits, SilenceWatch, stall_line
+from trainbox.supervisor_settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS, SupervisorSettings
 
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
 POLL_S = 0.5
@@ -96,12 +97,23 @@ class Launch:
     stall_timeout: float
     profile: Optional[str] = None
     env: Mapping[str, str] = field(default_factory=dict)
+    idle_timeout: float = float(IDLE_TIMEOUT.default)
+    compile_cap: float = float(COMPILE_CAP.default)
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise ValueError("no command to supervise: give it after '--'")
-        STARTUP_TIMEOUT.check(self.startup_timeout)
-        STALL_TIMEOUT.check(self.stall_timeout)
+        for setting in LAUNCH_SETTINGS:
+            setting.check(getattr(self, setting.field))
+
+
+@dataclass(frozen=True)
+class Next:
+    """The attempt after a failed one: its launch, the retry a stall's cause chose, and why (``restart.reason``)."""
+
+    launch: Launch
+    retry: Optional[Retry] = None
+    reason: str = ""
 
 
 class Planner:
@@ -109,13 +121,19 @@ class Planner:
 
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
+        self.streak = CauseStreak()
 
     def first(self) -> Launch:
         return self.launch
 
-    def after(self, outcome: Outcome) -> Launch:
-        """The launch for the attempt after one that ended as ``outcome`` (a stall or a crash)."""
-        return self.launch
+    def after(self, outcome: Outcome) -> Next:
+        """The attempt after one that ended as ``outcome`` (a stall or a crash): always the same command."""
+        if outcome.kind is not OutcomeKind.STALLED:
+            return Next(self.launch, reason="crash: the same command again")
+        cause = outcome.detail.get("cause") or "unknown"
+        if retry_for(cause, self.streak.count(cause)) is Retry.GPU_RELEASE:
+            return Next(self.launch, Retry.GPU_RELEASE, f"{cause}: the same command, after the GPU memory is released")
+        return Next(self.launch, Retry.SAME, f"{cause}: the same command again{restart.hint(cause)}")
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,7 @@ class Running:
     proc: subprocess.Popen[bytes]
     tree: proctree.ProcessTree
     tee: OutputTee
+    watch: SilenceWatch
 
 
 class Supervisor:
@@ -206,27 +225,31 @@ class Supervisor:
             outcome = self._attempt(attempt, launch, policy)
             if self._stop_signal is not None and not outcome.succeeded:
                 outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
-            decision = decide(outcome, self.counters, self.settings)
+            following = None if outcome.succeeded or outcome.kind is OutcomeKind.STOPPED else planner.after(outcome)
+            last_rung = following is None or (following.launch.profile, following.launch.argv) == (launch.profile, launch.argv)
+            decision = decide(outcome, self.counters, self.settings, last_rung)
             self.counters = decision.counters
             if decision.verdict is Verdict.STOPPED:
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal", outcome)
-            if decision.verdict is Verdict.SUCCEEDED:
+            if decision.verdict is Verdict.SUCCEEDED or following is None:
                 return self._finish(attempt, ExitCode.OK, State.SUCCEEDED, "completed", outcome)
             history.append(self._describe(outcome, launch))
             if decision.verdict is Verdict.MISCONFIGURED:
                 return self._misconfigured(attempt, outcome)
             if decision.verdict is Verdict.GAVE_UP:
-                return self._give_up(attempt, history)
-            next_launch = planner.after(outcome)
+                return self._give_up(attempt, history, decision.reason)
+            next_launch = following.launch
             if next_launch.profile != launch.profile or next_launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(next_launch)
-            if self._back_off(attempt + 1, outcome, launch, next_launch, decision.delay_s):
+            if self._back_off(attempt + 1, outcome, launch, following, decision.delay_s):
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal")
             attempt += 1
             launch = next_launch
 
-    def _back_off(self, attempt: int, after: Outcome, previous: Launch, launch: Launch, delay: float) -> bool:
+    def _back_off(self, attempt: int, after: Outcome, previous: Launch, following: Next, delay: float) -> bool:
         """Announce ``attempt`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
+        launch = following.launch
+        released = gpu_release.wait(after.detail.get("pids", []), self._sleep) if following.retry is Retry.GPU_RELEASE else {}
         self._emit(
             "restart",
             attempt,
@@ -234,10 +257,14 @@ class Supervisor:
             delay_s=round(delay, 3),
             profile=launch.profile,
             previous_profile=previous.profile,
+            reason=following.reason,
+            retry=following.retry.value if following.retry else None,
+            **released,
         )
         say(
             f"restarting (attempt {attempt}, after {after.kind.value}) in {delay:.1f} s"
             + (f" with profile {launch.profile}" if launch.profile else "")
+            + (f": {following.reason}" if following.retry else "")
         )
         # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
         self._set_state(State.BACKOFF, attempt=attempt, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
@@ -279,11 +306,12 @@ class Supervisor:
     def _attempt(self, attempt: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         self.attempt = attempt
         self.run_dir.heartbeat.unlink(missing_ok=True)
+        env = self._child_env(attempt, launch)
         try:
             # Popen from the main thread: the child's death signal is tied to the thread that forked it.
             proc = subprocess.Popen(
                 list(launch.argv),
-                env=self._child_env(attempt, launch),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -298,7 +326,8 @@ class Supervisor:
             self.counters = self.counters.counted(failed)
             return failed
         tee = OutputTee(proc.stdout, self.run_dir.attempt_log(attempt), self.spec.echo)
-        run = Running(attempt, launch, policy, proc, proctree.ProcessTree(proc.pid), tee)
+        tree = proctree.ProcessTree(proc.pid)
+        run = Running(attempt, launch, policy, proc, tree, tee, SilenceWatch(tree, env, Limits(launch.idle_timeout, launch.compile_cap)))
         self._running = run
         launched_at = time.time()
         outcome = Outcome(OutcomeKind.EXITED)
@@ -374,6 +403,7 @@ class Supervisor:
             key = heartbeat.progress_key(record)
             if key is not None and key != last_key:
                 policy.observe(outcome.last_beat, now - last_progress)
+                run.watch.beat()
                 last_key, last_progress = key, now
                 outcome.beats += 1
                 outcome.last_beat = record
@@ -389,8 +419,9 @@ class Supervisor:
                 return outcome
             budget = policy.current(outcome.last_beat)
             silent = now - last_progress
-            if silent > budget.seconds:
-                return self._stalled(run, outcome, budget, silent)
+            stalled = self._judge_silence(run, outcome, budget, silent)
+            if stalled is not None:
+                return stalled
             tree.scan()
             self._publish(
                 budget={"name": budget.name, "seconds": budget.seconds},
@@ -401,18 +432,32 @@ class Supervisor:
             )
             time.sleep(min(POLL_S, max(0.05, budget.seconds / 20)))
 
-    def _stalled(self, run: Running, outcome: Outcome, budget: Budget, silent_s: float) -> Outcome:
+    def _judge_silence(self, run: Running, outcome: Outcome, budget: Budget, silent_s: float) -> Optional[Outcome]:
+        """Judge the silence (:mod:`trainbox.silence`): record an extension, report a stall, or end the attempt."""
+        call = run.watch.look(silent_s, budget)
+        if call.action is Action.EXTEND:
+            self._emit(
+                "extend", run.attempt, cause="kernel_compile", budget=budget.name, budget_s=round(call.budget_s, 3),
+                silent_s=round(silent_s, 3), evidence=list(call.evidence),
+            )  # fmt: skip
+            say(f"attempt {run.attempt} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
+        if call.action is not Action.STALL or run.watch.reported:
+            return None
+        if self.settings.on_stall == "report":  # observe mode: one report per silence, nothing killed
+            run.watch.reported = True
+            self._emit("stall", run.attempt, action="report", **self._report(run, outcome, budget, call, silent_s))
+            return None
+        return self._stalled(run, outcome, budget, call, silent_s)
+
+    def _report(self, run: Running, outcome: Outcome, budget: Budget, call: Call, silent_s: float) -> Dict[str, Any]:
+        """Announce a stall and write its incident report; the ``stall`` event's fields so far."""
         attempt, launch = run.attempt, run.launch
-        budget_name, budget_s = budget.name, budget.seconds
-        outcome.kind = OutcomeKind.STALLED
-        self.counters = self.counters.counted(outcome)
-        self._set_state(State.STALLED)
         phase = (outcome.last_beat or {}).get("phase")
-        say(
-            f"attempt {attempt} stalled: silent {silent_s:.1f} s > {budget_name} budget {budget_s:.1f} s"
-            + (f" in phase {phase!r}" if phase else "")
-            + "; writing incident report"
-        )
+        say(stall_line(attempt, silent_s, budget, call, phase) + "; writing incident report")
+        reason = {
+            "attempt": attempt, "profile": launch.profile, "budget": budget.name, "budget_s": call.budget_s,
+            "silent_s": round(silent_s, 3), "phase": phase,
+        }  # fmt: skip
         detected = time.monotonic()
         where = self.run_dir.incident_dir(self.session, attempt)
         written: Dict[str, Any] = {"incident": str(where)}
@@ -420,26 +465,37 @@ class Supervisor:
             summary = incident.write_incident(
                 where,
                 tree=run.tree,
-                reason={
-                    "attempt": attempt,
-                    "profile": launch.profile,
-                    "budget": budget_name,
-                    "budget_s": budget_s,
-                    "silent_s": round(silent_s, 3),
-                    "phase": phase,
-                },
+                reason=reason,
                 last_beat=outcome.last_beat,
                 output_tail=run.tee.tail(),
                 dumps=self.run_dir.stack_dump,
+                samples=run.watch.window.to_json(),
+                diagnose=lambda stacks, kernel: run.watch.diagnose(call, stacks, kernel),
             )
             written["incident_bytes"] = summary["bytes"]
             say(f"incident written to {where} ({summary['write_s']:.1f} s)")
         except OSError as exc:  # a full disk: the report is lost, killing and restarting go on
             say(f"cannot write the incident report to {where}: {exc.strerror or exc}")
             written = {"incident": None, "incident_bytes": 0, "incident_error": f"{exc.strerror or exc}: {exc.filename or where}"}
+        found = run.watch.diagnosis_fields(call)
+        say(f"attempt {attempt} stall cause: {found['cause']} ({(found['evidence'] or ['no evidence'])[0]})")
+        at = restart.position(outcome.last_beat, launch.profile)
+        return dict(
+            {k: v for k, v in reason.items() if k != "attempt"}, **found, **written, at=at, incident_s=round(time.monotonic() - detected, 3),
+            learned=run.policy.learned(), beats=outcome.beats, first_beat_ts=outcome.first_beat_ts,
+            first_step_ts=outcome.first_step_ts, last_beat=outcome.last_beat,
+        )  # fmt: skip
+
+    def _stalled(self, run: Running, outcome: Outcome, budget: Budget, call: Call, silent_s: float) -> Outcome:
+        outcome.kind = OutcomeKind.STALLED
+        self.counters = self.counters.counted(outcome)
+        self._set_state(State.STALLED)
+        report = self._report(run, outcome, budget, call, silent_s)
+        self._publish(force=True, cause=report["cause"], evidence=report["evidence"][:1])
         diagnosed = time.monotonic()
         # The child may have ended by itself while the report was written: an exit 0 then is a success.
         code_before_kill = run.proc.poll()
+        pids = [p.pid for p in run.tree.scan()]
         stuck: Optional[Stuck] = None
         try:
             result = self._end_tree()
@@ -449,32 +505,25 @@ class Supervisor:
         killed = time.monotonic()
         self._emit(
             "stall",
-            attempt,
-            budget=budget_name,
-            budget_s=budget_s,
-            silent_s=round(silent_s, 3),
-            phase=phase,
-            profile=launch.profile,
-            incident_s=round(diagnosed - detected, 3),
+            run.attempt,
+            action="restart",
             kill_s=round(killed - diagnosed, 3),
             killed_ts=round(time.time(), 3),
             sigkilled=result["killed"],
             survivors=result["survivors"],
-            learned=run.policy.learned(),
-            beats=outcome.beats,
-            first_beat_ts=outcome.first_beat_ts,
-            first_step_ts=outcome.first_step_ts,
-            last_beat=outcome.last_beat,
             code_before_kill=code_before_kill,
-            **written,
+            **report,
         )
         if stuck is not None:
             self._running = None  # nothing more can be done to it: the attempt's clean-up must not try for another grace
             raise stuck
         say(f"tree killed in {killed - diagnosed:.1f} s")
-        outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=written["incident"])
+        outcome.detail.update(
+            {k: report[k] for k in ("budget", "budget_s", "silent_s", "phase", "incident", "cause", "evidence", "at", "rule")},
+            pids=pids,
+        )
         if code_before_kill == 0:
-            say(f"attempt {attempt} completed (exit status 0) while its incident report was written")
+            say(f"attempt {run.attempt} completed (exit status 0) while its incident report was written")
             outcome.kind, outcome.code = OutcomeKind.EXITED, 0
         return outcome
 
@@ -499,7 +548,8 @@ class Supervisor:
             d = outcome.detail
             phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
             budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
-            return f"stall{phase}{profile} ({budget}, report {d['incident'] or 'not written'})"
+            cause = f"cause {d['cause']}: {(d['evidence'] or ['no evidence'])[0]}; "
+            return f"stall{phase}{profile} ({cause}{budget}, report {d['incident'] or 'not written'})"
         return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
 
     def _stuck(self, stuck: Stuck) -> int:
@@ -525,14 +575,14 @@ class Supervisor:
         )
         return ExitCode.MISCONFIGURED
 
-    def _give_up(self, attempt: int, history: List[str]) -> int:
+    def _give_up(self, attempt: int, history: List[str], reason: str) -> int:
         self._set_state(State.GAVE_UP)
         counts = self.counters
-        self._emit("give_up", attempt, reason="restart budget spent", **counts.published())
+        self._emit("give_up", attempt, reason=reason, **counts.published())
         self._emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **counts.published())
         say(
             f"giving up after {attempt + 1} attempts and {counts.restarts} restart(s) "
-            f"(--max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
+            f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
             f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
             f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )
