@@ -1,0 +1,434 @@
+"""Why a child is silent: one :class:`Cause` and the evidence that decided it.
+
+:func:`classify` is pure: it reads a :class:`trainbox.evidence.Window` (what the
+tree did while silent), the stacks the incident collected (py-spy dump text or a
+faulthandler dump, :func:`trainbox.incident.collect_stacks`) and the kernel's GPU
+messages (:func:`trainbox.gpu_state.read`). The rules, first match wins:
+
+1. ``kernel_compile``: a compile is making progress now (a compiler process using
+   CPU, a kernel cache growing: :meth:`Window.compile_progress`).
+2. ``gpu_wait``: GPU reset/ring-timeout/Xid messages in the kernel log, or a thread in
+   D state inside the GPU driver.
+3. ``io_wait``: a thread in D state elsewhere (the block layer, a network filesystem).
+4. ``kernel_compile``: the main thread in a known compile frame (Inductor, Triton, Dynamo's
+   frame conversion, a C++ extension build, MIOpen).
+5. ``loader_deadlock``: the main thread waits on a DataLoader (torch's ``_try_get_data``,
+   a queue get or connection poll under ``dataloader.py``, an Ultralytics loader frame) while
+   it and its workers are idle or blocked.
+6. ``gpu_wait``: the main thread in a device synchronise or copy (``torch.cuda.synchronize``,
+   a source line calling ``.item()``/``.cpu()``/``.to(``) at under half a core.
+7. ``busy_python`` / ``busy_native``: a process uses over :data:`BUSY_CORES`; py-spy's
+   ``+gil`` (or a top frame outside torch/numpy) says Python, else native code.
+8. ``io_wait``: a thread reading (dataset frames: PIL, cv2's callers, ``read``) while the
+   tree reads from disk.
+9. ``idle``: the whole tree is idle.
+10. ``unknown``.
+
+Every rule that fires says why in a few short strings, most decisive first.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from trainbox.evidence import IDLE_CPU_CORES, ProcSample, Window
+
+#: A process above this many cores is busy (a Python spin runs at 1.0; allowance for a loaded machine).
+BUSY_CORES = 0.8
+#: The main thread "waits" on the device below this many cores (a blocking sync sleeps; a spinning
+#: one would read as busy_native, which names the same frame).
+WAIT_CORES = 0.5
+#: A D state counts when seen in at least this share of the last samples (a single D is a page fault).
+D_STATE_SHARE = 0.5
+#: How many of the last samples the D-state rule looks at.
+D_STATE_SAMPLES = 5
+
+
+class Cause(str, Enum):
+    LOADER_DEADLOCK = "loader_deadlock"
+    IDLE = "idle"
+    KERNEL_COMPILE = "kernel_compile"
+    GPU_WAIT = "gpu_wait"
+    IO_WAIT = "io_wait"
+    BUSY_PYTHON = "busy_python"
+    BUSY_NATIVE = "busy_native"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: Cause
+    evidence: Tuple[str, ...]  # short quoted strings, most decisive first
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"cause": self.cause.value, "evidence": list(self.evidence)}
+
+
+# --- stacks ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str  # as the dump shows it: py-spy's short form ("torch/utils/data/dataloader.py") or a full path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{short_path(self.file)}:{self.function}"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    ident: str  # py-spy: the native thread id; faulthandler: the pthread handle ("0x7f...")
+    name: str  # py-spy's thread name ("MainThread"), "" where the dump has none
+    status: str  # py-spy: "idle", "active", "active+gil"; faulthandler: "current" or ""
+    frames: Tuple[Frame, ...]  # innermost first
+
+    @property
+    def top(self) -> Optional[Frame]:
+        return self.frames[0] if self.frames else None
+
+    def is_main(self, pid: int) -> bool:
+        if self.name == "MainThread" or self.ident == str(pid):
+            return True
+        # faulthandler names no thread: the main thread's outermost frame is a module's top level.
+        return bool(self.frames) and self.frames[-1].function == "<module>"
+
+
+_PY_SPY_THREAD = re.compile(r'^Thread (?P<ident>\d+) \((?P<status>[^)]*)\)(?::\s*"(?P<name>.*)")?\s*$')
+_PY_SPY_FRAME = re.compile(r"^\s+(?P<function>\S.*?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
+_FH_THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-f]+) \(most recent call first\):")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<function>.+?)\s*$')
+
+
+def parse_stacks(text: str) -> List[ThreadStack]:
+    """The threads of one process's dump, py-spy's text format or faulthandler's."""
+    threads: List[ThreadStack] = []
+    header: Optional[Tuple[str, str, str]] = None
+    frames: List[Frame] = []
+
+    def close() -> None:
+        if header is not None:
+            threads.append(ThreadStack(header[0], header[1], header[2], tuple(frames)))
+
+    for line in text.splitlines():
+        spy, fh = _PY_SPY_THREAD.match(line), _FH_THREAD.match(line)
+        if spy or fh:
+            close()
+            frames = []
+            if spy:
+                header = (spy["ident"], spy["name"] or "", spy["status"])
+            elif fh:
+                header = (fh["ident"], "", "current" if fh["current"] == "Current thread" else "")
+            continue
+        if header is None:
+            continue
+        frame = _PY_SPY_FRAME.match(line) or _FH_FRAME.match(line)
+        if frame:
+            frames.append(Frame(frame["function"], frame["file"], int(frame["line"])))
+    close()
+    return threads
+
+
+_SHORTEN = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
+def short_path(path: str) -> str:
+    """A frame's file as py-spy shows it: from the package down (full paths come from faulthandler)."""
+    return _SHORTEN.sub("", path)
+
+
+def main_thread(threads: Sequence[ThreadStack], pid: int) -> Optional[ThreadStack]:
+    return next((t for t in threads if t.is_main(pid)), None)
+
+
+def _source(frame: Frame, cwd: Optional[str]) -> str:
+    """The source line a frame is at, when its file can be found here ('' otherwise)."""
+    candidates = [frame.file] if os.path.isabs(frame.file) else ([os.path.join(cwd, frame.file)] if cwd else [])
+    for path in candidates:
+        text = linecache.getline(path, frame.line).strip()
+        if text:
+            return text
+    return ""
+
+
+# --- what frames mean ---------------------------------------------------------------------------
+
+#: DataLoader waits: torch's loader fetching from its workers' queue, and Ultralytics' loaders.
+LOADER_FRAMES = re.compile(
+    r"torch/utils/data/dataloader\.py:(_try_get_data|_get_data|_next_data|__next__)"
+    r"|torch/utils/data/_utils/pin_memory\.py"
+    r"|ultralytics/data/"
+)
+#: Innermost frames that mean "waiting for another process or thread".
+WAIT_FRAMES = re.compile(
+    r"multiprocessing/(queues|connection|synchronize|popen_\w+)\.py|queue\.py:get|threading\.py:(wait|join|acquire)"
+    r"|selectors\.py:select|socket\.py"
+)
+#: Known compile frames: Inductor's compilation (not its runtime), Triton's compiler, Dynamo's frame
+#: conversion, C++ extension builds, MIOpen (in a native frame name or a thread's wchan).
+COMPILE_FRAMES = re.compile(
+    r"torch/_inductor/(compile_fx|codecache|async_compile|graph|scheduler|lowering|select_algorithm"
+    r"|autotune_process|compile_worker/)"
+    r"|torch/_dynamo/(convert_frame|symbolic_convert)\.py"
+    r"|triton/compiler/|triton/runtime/build\.py|torch/utils/cpp_extension\.py"
+    r"|miopen|comgr",
+    re.IGNORECASE,
+)
+#: Python frames that wait on the device: synchronisations and host copies.
+DEVICE_FRAMES = re.compile(
+    r"torch/cuda/(__init__|streams)\.py:(synchronize|wait_event|wait_stream|_lazy_init)"
+    r"|torch/cuda/memory\.py:empty_cache|ultralytics/utils/torch_utils\.py:time_sync"
+    r"|torch/_tensor\.py:(__array__|__repr__|__format__|numpy|tolist)"
+)
+#: Source lines that block on the device (a copy to the host needs the queued kernels finished).
+DEVICE_CALLS = re.compile(r"\.(item|cpu|numpy|tolist)\(\)|\.(to|cuda)\(|synchronize\(")
+#: GPU driver functions a thread in D state may sleep in (amdgpu/KFD/DRM/TTM, dma fences, NVIDIA).
+GPU_WCHAN = re.compile(r"amdgpu|kfd|drm|ttm_|dma_fence|^nv|_nv\d|nvidia|os_acquire", re.IGNORECASE)
+#: Kernel messages that mean the GPU hung or reset: amdgpu's reset and ring timeouts, NVIDIA's Xid.
+GPU_RESET = re.compile(
+    r"gpu reset|ring \S+ timeout|amdgpu_job_timedout|gpu (hang|fault)|VM_[A-Z0-9_]*PROTECTION_FAULT"
+    r"|NVRM: Xid|GPU has fallen off the bus",
+    re.IGNORECASE,
+)
+#: Innermost frames that read files (a dataset's images, labels, cached arrays).
+READ_FRAMES = re.compile(
+    r"PIL/(Image|ImageFile|JpegImagePlugin|PngImagePlugin)\.py|numpy/lib/(npyio|format)\.py|torch/serialization\.py"
+    r"|ultralytics/data/(base|utils|dataset)\.py:(load_image|cache|verify|__getitem__)|:(read|readinto|readline|open)$"
+)
+#: Frames whose code runs in native libraries (a busy process there is busy in C/C++, not in Python).
+NATIVE_FILES = re.compile(r"^(torch|numpy|cv2|scipy|PIL|torchvision|triton)/")
+
+
+@dataclass
+class _Facts:
+    """What classify works from, gathered once."""
+
+    window: Window
+    threads: Dict[int, List[ThreadStack]]  # pid -> parsed stacks
+    main_pid: int
+    kernel_text: str
+    cores: Dict[int, float]  # pid -> cores used over the window
+    demand: Dict[int, float]  # pid -> cores wanted (used + waited for) over the window
+    last: Dict[int, ProcSample]  # pid -> the latest sample
+
+    def stack_of(self, pid: int) -> List[ThreadStack]:
+        return self.threads.get(pid, [])
+
+    def main(self) -> Optional[ThreadStack]:
+        return main_thread(self.stack_of(self.main_pid), self.main_pid)
+
+    def workers(self) -> List[ProcSample]:
+        return [p for p in self.last.values() if p.ppid == self.main_pid and not p.compiler]
+
+    def cwd(self) -> Optional[str]:
+        try:
+            return os.readlink(f"/proc/{self.main_pid}/cwd")
+        except OSError:
+            return None
+
+
+def _pct(cores: float) -> str:
+    return f"{100 * cores:.1f} % CPU"
+
+
+def _first_match(thread: ThreadStack, pattern: re.Pattern[str]) -> Optional[Frame]:
+    return next((f for f in thread.frames if pattern.search(f.where)), None)
+
+
+def _user_frame(thread: ThreadStack) -> Optional[Frame]:
+    """The innermost frame outside the standard library's waiting machinery (what the thread was doing)."""
+    for frame in thread.frames:
+        if not WAIT_FRAMES.search(frame.where) and not frame.file.startswith(("threading.py", "<frozen")):
+            return frame
+    return thread.top
+
+
+def _compiling(facts: _Facts) -> Optional[Diagnosis]:
+    lines = facts.window.compile_progress()
+    return Diagnosis(Cause.KERNEL_COMPILE, lines) if lines else None
+
+
+def _gpu_trouble(facts: _Facts) -> Optional[Diagnosis]:
+    resets = [line.strip() for line in facts.kernel_text.splitlines() if GPU_RESET.search(line)]
+    blocked = _blocked(facts, gpu=True)
+    if not resets and not blocked:
+        return None
+    evidence = [f"kernel: {line[-160:]}" for line in resets[-2:]] + blocked
+    return Diagnosis(Cause.GPU_WAIT, tuple(evidence[:4]))
+
+
+def _blocked(facts: _Facts, gpu: bool) -> List[str]:
+    """Threads in D state in most of the last samples, inside (gpu) or outside the GPU driver."""
+    recent = facts.window.samples[-D_STATE_SAMPLES:]
+    seen: Dict[Tuple[int, int], List[str]] = {}
+    for sample in recent:
+        for proc in sample.procs:
+            for tid, wchan in proc.blocked:
+                seen.setdefault((proc.pid, tid), []).append(wchan)
+    lines = []
+    for (pid, tid), wchans in sorted(seen.items()):
+        if len(wchans) < max(1, D_STATE_SHARE * len(recent)):
+            continue
+        wchan = wchans[-1]
+        if bool(GPU_WCHAN.search(wchan)) != gpu:
+            continue
+        name = facts.last[pid].name if pid in facts.last else "?"
+        which = f"pid {pid}" if tid == pid else f"pid {pid} thread {tid}"
+        lines.append(f"{which} ({name}) in D state in {len(wchans)} of {len(recent)} samples, wchan {wchan}")
+    return lines
+
+
+def _io_blocked(facts: _Facts) -> Optional[Diagnosis]:
+    blocked = _blocked(facts, gpu=False)
+    return Diagnosis(Cause.IO_WAIT, tuple(blocked[:4])) if blocked else None
+
+
+def _compile_frame(facts: _Facts) -> Optional[Diagnosis]:
+    main = facts.main()
+    frame = _first_match(main, COMPILE_FRAMES) if main else None
+    if frame is None:
+        return None
+    cores = facts.cores.get(facts.main_pid, 0.0)
+    return Diagnosis(Cause.KERNEL_COMPILE, (f"main thread in {frame.where}", f"main process at {_pct(cores)}"))
+
+
+def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
+    main = facts.main()
+    frame = _first_match(main, LOADER_FRAMES) if main else None
+    if main is None or frame is None:
+        return None
+    if facts.demand.get(facts.main_pid, 0.0) >= BUSY_CORES:
+        return None  # the main thread itself is working (loading in-process)
+    workers = facts.workers()
+    busy = [w for w in workers if facts.demand.get(w.pid, 0.0) >= BUSY_CORES]
+    if busy:
+        return None  # workers are working: slow, not deadlocked
+    evidence = [f"main thread in {frame.where}"]
+    span = facts.window.span_s()
+    if workers:
+        shown = " ".join(str(w.pid) for w in workers[:6])
+        cores = max(facts.cores.get(w.pid, 0.0) for w in workers)
+        where = _worker_place(facts, workers)
+        evidence.append(f"workers {shown}: {_pct(cores)} for {span:.0f} s" + (f", blocked in {where}" if where else ""))
+    else:
+        evidence.append(f"no worker processes; main process at {_pct(facts.cores.get(facts.main_pid, 0.0))}")
+    return Diagnosis(Cause.LOADER_DEADLOCK, tuple(evidence))
+
+
+def _worker_place(facts: _Facts, workers: Sequence[ProcSample]) -> str:
+    """Where the workers' main threads are, from their stacks, else their wchan."""
+    for worker in workers:
+        main = main_thread(facts.stack_of(worker.pid), worker.pid)
+        frame = _user_frame(main) if main else None
+        if frame is not None:
+            return frame.where
+    return next((w.wchan for w in workers if w.wchan), "")
+
+
+def _device_wait(facts: _Facts) -> Optional[Diagnosis]:
+    main = facts.main()
+    if main is None:
+        return None
+    cores = facts.cores.get(facts.main_pid, 0.0)
+    if cores >= WAIT_CORES:
+        return None
+    frame = _first_match(main, DEVICE_FRAMES)
+    if frame is not None:
+        return Diagnosis(Cause.GPU_WAIT, (f"main thread in {frame.where}", f"main process at {_pct(cores)}"))
+    top = _user_frame(main)
+    if top is None:
+        return None
+    line = _source(top, facts.cwd())
+    if line and DEVICE_CALLS.search(line):
+        return Diagnosis(Cause.GPU_WAIT, (f"main thread at {top.where}: {line[:80]}", f"main process at {_pct(cores)}"))
+    return None
+
+
+def _busy(facts: _Facts) -> Optional[Diagnosis]:
+    busy = sorted(((c, pid) for pid, c in facts.demand.items() if c >= BUSY_CORES), reverse=True)
+    if not busy:
+        return None
+    _, pid = busy[0]
+    cores = facts.cores.get(pid, 0.0)
+    proc = facts.last.get(pid)
+    name = proc.name if proc else "?"
+    threads = facts.stack_of(pid)
+    span = facts.window.span_s()
+    running = [t for t in threads if t.status.startswith("active")] or [t for t in threads if t.is_main(pid) and t.frames]
+    if not running:
+        what = "no Python stack" if not threads else "no Python thread running"
+        return Diagnosis(Cause.BUSY_NATIVE, (f"pid {pid} ({name}) at {_pct(cores)} for {span:.0f} s, {what}",))
+    thread = running[0]
+    top = thread.top
+    where = top.where if top else "?"
+    in_python = thread.status == "active+gil" or (
+        thread.status in ("", "current") and top is not None and not NATIVE_FILES.search(short_path(top.file))
+    )
+    head = f"pid {pid} ({name}) at {_pct(cores)} for {span:.0f} s"
+    if in_python:
+        return Diagnosis(Cause.BUSY_PYTHON, (f"{head} in Python: {where}", "no compile sign, no progress"))
+    return Diagnosis(Cause.BUSY_NATIVE, (f"{head} in native code called from {where}", "no compile sign"))
+
+
+def _reading(facts: _Facts) -> Optional[Diagnosis]:
+    samples = facts.window.samples
+    if len(samples) < 2:
+        return None
+    reads: Dict[int, int] = {}
+    first = samples[0]
+    for proc in samples[-1].procs:
+        old = first.proc(proc.key)
+        if proc.io_disk is not None and old is not None and old.io_disk is not None:
+            reads[proc.pid] = proc.io_disk - old.io_disk
+    for pid, threads in facts.threads.items():
+        for thread in threads:
+            frame = _first_match(thread, READ_FRAMES)
+            if frame is not None and thread.frames.index(frame) < 3 and reads.get(pid, 0) > 0:
+                rate = reads[pid] / max(facts.window.span_s(), 1e-6)
+                return Diagnosis(
+                    Cause.IO_WAIT, (f"pid {pid} reading in {frame.where}", f"pid {pid} disk I/O {rate / 1024:.0f} KiB/s")
+                )
+    return None
+
+
+def _idle(facts: _Facts) -> Optional[Diagnosis]:
+    idle_s = facts.window.idle_for_s()
+    total = sum(facts.cores.values())
+    if idle_s <= 0 and not (facts.cores and total < IDLE_CPU_CORES):
+        return None
+    span = idle_s if idle_s > 0 else facts.window.span_s()
+    evidence = [f"whole tree idle for {span:.0f} s: {_pct(total)}, no I/O, no cache growth, no compiler"]
+    main = facts.main()
+    frame = _user_frame(main) if main else None
+    if frame is not None:
+        evidence.append(f"main thread in {frame.where}")
+    return Diagnosis(Cause.IDLE, tuple(evidence))
+
+
+RULES = (_compiling, _gpu_trouble, _io_blocked, _compile_frame, _loader_deadlock, _device_wait, _busy, _reading, _idle)
+
+
+def classify(window: Window, stacks: Mapping[int, str], main_pid: int, kernel_text: str = "") -> Diagnosis:
+    """The cause of the silence ``window`` covers; see the module docstring for the rules."""
+    last = window.last
+    facts = _Facts(
+        window=window,
+        threads={pid: parse_stacks(text) for pid, text in stacks.items() if text},
+        main_pid=main_pid,
+        kernel_text=kernel_text,
+        cores=window.cpu_cores(),
+        demand=window.demand_cores(),
+        last={p.pid: p for p in last.procs} if last else {},
+    )
+    for rule in RULES:
+        found = rule(facts)
+        if found is not None:
+            return found
+    return Diagnosis(Cause.UNKNOWN, ("no rule matched",))

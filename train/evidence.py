@@ -1,0 +1,500 @@
+"""Evidence about a silent child, sampled from outside: psutil and /proc only, nothing injected.
+
+While a child is silent the supervisor calls :meth:`Sampler.sample` every
+:data:`SAMPLE_EVERY_S` seconds and adds each :class:`Sample` to a
+:class:`Window` (cleared at every beat). A sample holds, per process of the
+tree (:class:`trainbox.proctree.ProcessTree`, adopted ``setsid`` orphans
+included):
+
+* CPU time (user + system), the process state (R/S/D) and every thread's state,
+  the ``wchan`` (where in the kernel it sleeps) of the main thread and of every
+  thread in D state, and the I/O counters where ``/proc/PID/io`` is readable;
+* whether it is a compiler (:data:`COMPILERS`, or an Inductor compile worker);
+
+and for the tree as a whole the size and file count of each kernel cache
+(:func:`cache_dirs`), and the GPU memory of the tree's processes where
+``nvidia-smi`` answers (at most every :data:`GPU_EVERY_S`).
+
+The :class:`Window` turns samples into the two judgements the supervisor acts
+on: how long the whole tree has been idle (:meth:`Window.idle_for_s`), and
+whether a kernel compile is making progress (:meth:`Window.compile_progress`).
+:mod:`trainbox.causes` reads the same window, with stacks, to name the cause.
+
+Cost: one sample of a 10-process tree (the Python processes each with a few
+threads) with a 500-file cache costs (measured, see below) a few ms of CPU on this 2-core
+machine (tests/test_evidence.py prints the figure; bench/stalls.py reports it).
+Call :meth:`Sampler.sample` from the thread that owns the tree: it calls
+``tree.scan()`` to see new compiler processes.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+
+import psutil
+
+from trainbox import gpu_state, proctree
+
+#: Seconds between samples while the child is silent. A beat interval is seconds to minutes; 2 s
+#: resolves a compiler process that lives a few seconds and keeps the cost near 0.5 % of a core.
+SAMPLE_EVERY_S = 2.0
+
+#: Process names that mean a compiler (or its linker/assembler) is running: GCC and Clang
+#: drivers and their workers, the ROCm and CUDA compilers, and the tools Triton calls.
+COMPILERS = frozenset(
+    {
+        "cc", "gcc", "c++", "g++", "cc1", "cc1plus", "as", "collect2", "ld", "ld.bfd", "ld.gold",
+        "clang", "clang++", "ld.lld", "lld", "llc", "opt", "hipcc", "nvcc", "cicc", "ptxas", "fatbinary",
+        "nvlink", "clang-offload-bundler",
+    }
+)  # fmt: skip
+#: What a command line holds when the process is one of torch Inductor's compile workers (its
+#: SubprocPool sidecar runs ``torch/_inductor/compile_worker/__main__.py``; the pool's workers fork from it).
+COMPILE_WORKER_MARK = "torch/_inductor/compile_worker"
+
+#: Kernel-cache variables, in the child's environment, that the sampler watches.
+CACHE_VARS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+#: Entries walked per cache directory and sample: bounds the walk to a few ms (about 2 us per entry
+#: for scandir plus stat). A bigger cache is reported as at least this many files (``capped``), and its
+#: growth is still seen through the files walked first (directories are walked newest first).
+CACHE_WALK_LIMIT = 3000
+
+#: Seconds between GPU queries, and how long one may take: nvidia-smi costs tens of ms, and one
+#: that does not answer (a hung driver) is not asked again by this sampler.
+GPU_EVERY_S = 10.0
+GPU_TIMEOUT_S = 3.0
+
+#: The whole tree is idle below this many cores of CPU (10 % of one core): a deadlocked trainer still
+#: runs a few timer and watchdog threads (tqdm's monitor, torch's pin-memory thread), never more.
+IDLE_CPU_CORES = 0.1
+#: ... and below this rate of I/O (read + written characters, all processes): a beat-less child
+#: that still reads its dataset or writes its log is working, a deadlocked one does neither.
+IDLE_IO_BYTES_PER_S = 64 * 1024
+#: A kernel cache that grew within this many seconds counts as compile progress: MIOpen compiles
+#: one solver at a time in-process (comgr) and writes each kernel when done, seconds to a minute apart.
+CACHE_PROGRESS_S = 60.0
+#: A compiler process counts as progress when it used at least this much CPU in the last interval.
+COMPILER_BUSY_CORES = 0.05
+
+#: Samples a window keeps besides its first one (10 minutes at SAMPLE_EVERY_S): bounds memory and
+#: the incident's evidence.json for silences of hours.
+WINDOW_KEEP = 300
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """One process at one moment."""
+
+    pid: int
+    ppid: int
+    started: float  # create_time(): with pid, tells a recycled pid from the same process
+    name: str
+    cmdline: str  # first 200 characters
+    cpu_s: float  # user + system, all threads
+    demand_s: Optional[float]  # run time + run-queue wait of the live threads (schedstat); None when unreadable
+    state: str  # R, S, D, Z, T... (the /proc letter)
+    threads: Dict[str, int]  # thread state letter -> count
+    wchan: str  # the main thread's, "" when unreadable or running
+    blocked: Tuple[Tuple[int, str], ...]  # (tid, wchan) of threads in D state
+    io_chars: Optional[int]  # rchar + wchar (every read/write, cached or not); None when unreadable
+    io_disk: Optional[int]  # read_bytes + write_bytes (what reached the block device)
+    compiler: bool
+
+    @property
+    def key(self) -> Tuple[int, float]:
+        return (self.pid, self.started)
+
+
+@dataclass(frozen=True)
+class CacheSample:
+    """One kernel-cache directory: which variable named it, its size and file count."""
+
+    var: str  # e.g. "TORCHINDUCTOR_CACHE_DIR", or "TORCHINDUCTOR_CACHE_DIR (default)"
+    path: str
+    files: int
+    bytes: int
+    newest: float  # latest mtime of the files walked: shows growth in a cache too big to count
+    capped: bool  # the walk stopped at CACHE_WALK_LIMIT entries
+
+
+@dataclass(frozen=True)
+class Sample:
+    ts: float  # time.monotonic() when taken
+    procs: Tuple[ProcSample, ...]
+    caches: Tuple[CacheSample, ...]
+    gpu: Optional[Dict[str, Any]]  # {"source", "memory_mib": {pid: MiB}, "utilisation_pct"} or {"error"}
+    cost_s: float  # CPU time (this thread) the sample took
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def proc(self, key: Tuple[int, float]) -> Optional[ProcSample]:
+        for proc in self.procs:
+            if proc.key == key:
+                return proc
+        return None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _state_of(stat: str) -> str:
+    # /proc/PID/stat is "pid (comm) state ...": comm may hold spaces and parentheses, so split after the last ")".
+    rest = stat.rsplit(")", 1)[-1].split()
+    return rest[0] if rest else "?"
+
+
+def _threads(pid: int) -> Tuple[Dict[str, int], Tuple[Tuple[int, str], ...], Optional[float]]:
+    """Thread states of ``pid`` (counts), the wchan of its threads in D state, and their CPU demand.
+
+    Demand is time on a CPU plus time waiting for one (``schedstat``'s first two fields, ns): a
+    spinning thread on a loaded machine gets a third of a core but demands a whole one, so busy is
+    judged by demand, not by CPU time.
+    """
+    counts: Dict[str, int] = {}
+    blocked: List[Tuple[int, str]] = []
+    demand: Optional[int] = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return counts, (), None
+    for tid in tids:
+        state = _state_of(_read(f"/proc/{pid}/task/{tid}/stat"))
+        counts[state] = counts.get(state, 0) + 1
+        if state == "D":
+            blocked.append((int(tid), _read(f"/proc/{pid}/task/{tid}/wchan").strip() or "?"))
+        fields = _read(f"/proc/{pid}/task/{tid}/schedstat").split()
+        if demand is not None and len(fields) >= 2:
+            demand += int(fields[0]) + int(fields[1])
+        else:
+            demand = None
+    return counts, tuple(blocked), demand / 1e9 if demand is not None else None
+
+
+def _io(proc: psutil.Process) -> Tuple[Optional[int], Optional[int]]:
+    try:
+        io = proc.io_counters()
+    except (psutil.Error, OSError, AttributeError):
+        return None, None
+    return io.read_chars + io.write_chars, io.read_bytes + io.write_bytes  # type: ignore[attr-defined]
+
+
+def is_compiler(name: str, cmdline: str) -> bool:
+    return name in COMPILERS or COMPILE_WORKER_MARK in cmdline
+
+
+def _proc_sample(proc: psutil.Process) -> Optional[ProcSample]:
+    try:
+        with proc.oneshot():
+            cpu = proc.cpu_times()
+            name = proc.name()
+            cmdline = " ".join(proc.cmdline())[:200]
+            sample = dict(pid=proc.pid, ppid=proc.ppid(), started=proc.create_time(), name=name, cmdline=cmdline)
+            state = _state_of(_read(f"/proc/{proc.pid}/stat"))
+    except (psutil.Error, OSError):
+        return None
+    threads, blocked, demand = _threads(proc.pid)
+    io_chars, io_disk = _io(proc)
+    wchan = _read(f"/proc/{proc.pid}/wchan").strip()
+    return ProcSample(
+        cpu_s=round(cpu.user + cpu.system, 3),
+        demand_s=round(demand, 3) if demand is not None else None,
+        state=state,
+        threads=threads,
+        wchan="" if wchan == "0" else wchan,
+        blocked=blocked,
+        io_chars=io_chars,
+        io_disk=io_disk,
+        compiler=is_compiler(name, cmdline),
+        **sample,  # type: ignore[arg-type]
+    )
+
+
+def cache_dirs(env: Mapping[str, str]) -> List[Tuple[str, str]]:
+    """(label, path) of every kernel cache the child would write, from its environment, defaults included.
+
+    Defaults (where the variable is unset): MIOpen's user find-db ``~/.config/miopen`` and kernel
+    cache ``~/.cache/miopen`` (rocm-5.2.3 ``src/db_path.cpp.in``); Inductor's
+    ``$TMPDIR/torchinductor_<user>`` (``torch/_inductor/runtime/cache_dir_utils.default_cache_dir``),
+    which also holds Triton's cache when Inductor drives Triton; Triton's own ``$TRITON_HOME/.triton/cache``
+    (``triton/knobs.py``, TRITON_HOME defaults to the home directory).
+    """
+    home = env.get("HOME") or os.path.expanduser("~")
+    user = env.get("LOGNAME") or env.get("USER") or env.get("LNAME") or env.get("USERNAME") or getpass.getuser()
+    defaults = {
+        "MIOPEN_USER_DB_PATH": os.path.join(home, ".config", "miopen"),
+        "MIOPEN_CUSTOM_CACHE_DIR": os.path.join(home, ".cache", "miopen"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(
+            env.get("TMPDIR") or "/tmp", "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)
+        ),
+        "TRITON_CACHE_DIR": os.path.join(env.get("TRITON_HOME") or home, ".triton", "cache"),
+    }
+    found: List[Tuple[str, str]] = []
+    for var in CACHE_VARS:
+        path, label = (env[var], var) if env.get(var) else (defaults[var], f"{var} (default)")
+        if path not in (p for _, p in found):
+            found.append((label, path))
+    return found
+
+
+def walk_cache(label: str, path: str, limit: int = CACHE_WALK_LIMIT) -> Optional[CacheSample]:
+    """Files and bytes under ``path``, walking at most ``limit`` entries; None when it does not exist."""
+    if not os.path.isdir(path):
+        return None
+    files = size = seen = 0
+    newest = 0.0
+    pending = [path]
+    while pending and seen < limit:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                subdirs = []
+                for entry in entries:
+                    seen += 1
+                    if seen > limit:
+                        break
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            subdirs.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
+                        elif entry.is_file(follow_symlinks=False):
+                            stat = entry.stat(follow_symlinks=False)
+                            files += 1
+                            size += stat.st_size
+                            newest = max(newest, stat.st_mtime)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+        # Oldest pushed first so the newest directory is walked next: when the walk is capped,
+        # the directories a compile is writing now are the ones counted.
+        pending.extend(p for _, p in sorted(subdirs))
+    return CacheSample(label, path, files, size, newest, capped=seen > limit or bool(pending))
+
+
+class _GpuPoller:
+    """nvidia-smi's per-process memory and the GPU's utilisation, at most every GPU_EVERY_S.
+
+    Runs the tool synchronously (bounded by GPU_TIMEOUT_S) in the sampling thread: a tool run
+    from another thread would be a child of the supervisor, a subreaper, and could be mistaken
+    for part of the training tree by a concurrent ``scan()``. A tool that does not answer is
+    not asked again: the driver is likely hung, which the result says.
+    """
+
+    def __init__(self) -> None:
+        self.last: Optional[Dict[str, Any]] = None
+        self.asked = -GPU_EVERY_S
+        self.given_up = False
+
+    def poll(self, now: float) -> Optional[Dict[str, Any]]:
+        if self.given_up or now - self.asked < GPU_EVERY_S:
+            return self.last
+        self.asked = now
+        self.last = self._query()
+        return self.last
+
+    def _query(self) -> Optional[Dict[str, Any]]:
+        apps = gpu_state.query(
+            ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"), GPU_TIMEOUT_S
+        )
+        if apps is None:
+            return None  # not installed
+        if not apps.ok:
+            self.given_up = "no answer" in apps.text
+            return {"source": "nvidia-smi", "error": apps.text}
+        memory: Dict[int, int] = {}
+        for line in apps.text.splitlines():
+            pid, _, used = line.partition(",")
+            if pid.strip().isdigit() and used.strip().isdigit():
+                memory[int(pid)] = int(used)
+        util = gpu_state.query(("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"), GPU_TIMEOUT_S)
+        pct = [int(v) for v in util.text.split() if v.isdigit()] if util is not None and util.ok else []
+        return {"source": "nvidia-smi", "memory_mib": memory, "utilisation_pct": pct}
+
+
+class Sampler:
+    """Samples one child's tree; ``env`` is the child's environment (it names the kernel caches)."""
+
+    def __init__(self, tree: proctree.ProcessTree, env: Mapping[str, str]) -> None:
+        self.tree = tree
+        self.caches = cache_dirs(env)
+        self.gpu = _GpuPoller()
+
+    def sample(self) -> Sample:
+        started = time.thread_time()
+        now = time.monotonic()
+        procs = tuple(s for s in (_proc_sample(p) for p in self.tree.scan()) if s is not None)
+        caches = tuple(c for c in (walk_cache(label, path) for label, path in self.caches) if c is not None)
+        gpu = self.gpu.poll(now)
+        if gpu and "memory_mib" in gpu:
+            pids = {p.pid for p in procs}
+            gpu = dict(gpu, memory_mib={pid: mib for pid, mib in gpu["memory_mib"].items() if pid in pids})
+        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=round(time.thread_time() - started, 4))
+
+
+@dataclass
+class _Interval:
+    """What changed between two samples."""
+
+    seconds: float
+    cpu_s: Dict[Tuple[int, float], float] = field(default_factory=dict)
+    demand_s: Dict[Tuple[int, float], float] = field(default_factory=dict)  # falls back to cpu_s
+    io_chars: int = 0
+    cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes)
+
+
+def interval(before: Sample, after: Sample) -> _Interval:
+    """CPU used per process, I/O and cache growth from ``before`` to ``after``.
+
+    A process new in ``after`` counts with all its CPU time and I/O (it started within the interval).
+    """
+    change = _Interval(seconds=max(after.ts - before.ts, 1e-6))
+    for proc in after.procs:
+        old = before.proc(proc.key)
+        change.cpu_s[proc.key] = max(0.0, proc.cpu_s - (old.cpu_s if old else 0.0))
+        if proc.demand_s is not None and (old is None or old.demand_s is not None):
+            change.demand_s[proc.key] = max(0.0, proc.demand_s - (old.demand_s if old and old.demand_s else 0.0))
+        else:
+            change.demand_s[proc.key] = change.cpu_s[proc.key]
+        if proc.io_chars is not None:
+            base = old.io_chars if old is not None and old.io_chars is not None else 0
+            change.io_chars += max(0, proc.io_chars - base)
+    earlier = {c.var: c for c in before.caches}
+    for cache in after.caches:
+        old_cache = earlier.get(cache.var)
+        if old_cache is None:  # the directory appeared within the interval
+            old_cache = CacheSample(cache.var, cache.path, 0, 0, 0.0, capped=False)
+        files, size = cache.files - old_cache.files, cache.bytes - old_cache.bytes
+        if files > 0 or size > 0 or cache.newest > old_cache.newest:
+            change.cache_growth[cache.var] = (files, size)
+    return change
+
+
+def is_idle(change: _Interval, after: Sample) -> bool:
+    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, ran no compiler."""
+    return (
+        sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
+        and change.io_chars / change.seconds < IDLE_IO_BYTES_PER_S
+        and not change.cache_growth
+        and not any(p.compiler for p in after.procs)
+    )
+
+
+class Window:
+    """The samples of the current silence; the supervisor clears it at every beat.
+
+    Keeps the first sample and the last :data:`WINDOW_KEEP`; idleness is tracked as samples
+    arrive, so it is exact however long the silence.
+    """
+
+    def __init__(self) -> None:
+        self.first: Optional[Sample] = None
+        self.recent: Deque[Sample] = deque(maxlen=WINDOW_KEEP)
+        self._idle_since: Optional[float] = None
+        self._last_growth: Dict[str, float] = {}  # cache var -> ts of the last sample that saw it grow
+
+    def add(self, sample: Sample) -> None:
+        previous = self.recent[-1] if self.recent else None
+        if self.first is None:
+            self.first = sample
+        self.recent.append(sample)
+        if previous is None:
+            return
+        change = interval(previous, sample)
+        for var in change.cache_growth:
+            self._last_growth[var] = sample.ts
+        if is_idle(change, sample):
+            if self._idle_since is None:
+                self._idle_since = previous.ts
+        else:
+            self._idle_since = None
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    @property
+    def samples(self) -> List[Sample]:
+        """The kept samples, oldest first (the first one always included)."""
+        kept = list(self.recent)
+        if self.first is not None and (not kept or kept[0] is not self.first):
+            kept.insert(0, self.first)
+        return kept
+
+    @property
+    def last(self) -> Optional[Sample]:
+        return self.recent[-1] if self.recent else None
+
+    def span_s(self) -> float:
+        """Seconds from the first sample to the last."""
+        return self.recent[-1].ts - self.first.ts if self.first is not None and self.recent else 0.0
+
+    def idle_for_s(self) -> float:
+        """How long the whole tree has been continuously idle (see :func:`is_idle`); 0.0 if not idle now."""
+        last = self.last
+        return last.ts - self._idle_since if last is not None and self._idle_since is not None else 0.0
+
+    def _over(self, since_s: Optional[float]) -> Optional[_Interval]:
+        last = self.last
+        if last is None or self.first is None:
+            return None
+        base = self.first
+        if since_s is not None:
+            base = next((s for s in self.samples if last.ts - s.ts <= since_s), last)
+        return interval(base, last) if base is not last else None
+
+    def cpu_cores(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Average cores used per live process (pid) over the window, or over its last ``since_s``."""
+        change = self._over(since_s)
+        return {key[0]: used / change.seconds for key, used in change.cpu_s.items()} if change else {}
+
+    def demand_cores(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Average cores wanted (used + waited for) per live process (pid), as :meth:`cpu_cores`."""
+        change = self._over(since_s)
+        return {key[0]: wanted / change.seconds for key, wanted in change.demand_s.items()} if change else {}
+
+    def compile_progress(self) -> Tuple[str, ...]:
+        """Evidence lines when a compile made progress lately; () when none.
+
+        Progress is a compiler process that used CPU in the last interval, or a kernel cache
+        that grew within the last :data:`CACHE_PROGRESS_S`.
+        """
+        samples = self.samples
+        if len(samples) < 2:
+            return ()
+        before, last = samples[-2], samples[-1]
+        change = interval(before, last)
+        lines = []
+        for proc in last.procs:
+            used = change.cpu_s.get(proc.key, 0.0)
+            if proc.compiler and used / change.seconds >= COMPILER_BUSY_CORES:
+                seen = next((s.ts for s in samples if s.proc(proc.key) is not None), last.ts)
+                lines.append(
+                    f"{proc.name} (pid {proc.pid}) running for {last.ts - seen:.0f} s, {100 * used / change.seconds:.0f} % CPU"
+                )
+        first_caches = {c.var: c for c in samples[0].caches}
+        for cache in last.caches:
+            grew_at = self._last_growth.get(cache.var)
+            if grew_at is None or last.ts - grew_at > CACHE_PROGRESS_S:
+                continue
+            base = first_caches.get(cache.var)
+            files = cache.files - (base.files if base else 0)
+            size = cache.bytes - (base.bytes if base else 0)
+            lines.append(
+                f"{cache.var.replace(' (default)', '')} grew by {files} files ({size / 1024:.0f} KiB) "
+                f"in {last.ts - samples[0].ts:.0f} s"
+            )
+        return tuple(lines)
+
+    def to_json(self) -> List[Dict[str, Any]]:
+        """The kept samples, for the incident's evidence.json."""
+        return [sample.to_dict() for sample in self.samples]
