@@ -13,7 +13,9 @@ LIMITS = Limits(idle_timeout_s=120.0, compile_cap_s=7200.0)
 CC = ("cc1 running for 4 s",)
 
 
-def script(looks: Sequence[Tuple[float, float, Tuple[str, ...]]], budget: Budget = STARTUP, limits: Limits = LIMITS) -> List[Call]:
+def script(
+    looks: Sequence[Tuple[float, float, Tuple[str, ...]]], budget: Budget = STARTUP, limits: Limits = LIMITS
+) -> List[Call]:
     """Judge (silent_s, idle_for_s, compiling) looks in order as SilenceWatch does, carrying the granted budget on."""
     granted, calls = budget.seconds, []
     for silent, idle, compiling in looks:

@@ -14,8 +14,8 @@ import pytest
 
 from tests.supervised import REPO, cli_env
 from trainbox.cli import build_parser
-from trainbox.supervisor import Launch
 from trainbox.profiles import Profile, default_profiles_dir
+from trainbox.supervisor import Launch
 from trainbox.supervisor_settings import (
     COMPILE_CAP,
     IDLE_TIMEOUT,

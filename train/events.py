@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-#: start: an attempt was launched (carries ``profile``); stall: a budget ran out
-#: (``budget``, ``budget_s``, ``silent_s``); crash: the child exited non-zero;
-#: restart: the next attempt is scheduled; exit: the supervisor ends (``code``);
-#: give_up: the restart budget is spent or the child is misconfigured.
-EVENTS = ("start", "stall", "crash", "restart", "exit", "give_up")
+#: start: an attempt was launched (carries ``profile``); stall: a budget ran out or the tree stayed idle
+#: (``rule``, ``cause``, ``evidence``, ``budget``, ``budget_s``, ``silent_s``); extend: a compile making
+#: progress got more time (``cause``, ``budget_s``, ``evidence``); crash: the child exited non-zero;
+#: restart: the next attempt is scheduled (``reason``); exit: the supervisor ends (``code``);
+#: give_up: the restart budget is spent, the same stall came back, or the child is misconfigured.
+EVENTS = ("start", "stall", "extend", "crash", "restart", "exit", "give_up")
 
 
 class EventLog:

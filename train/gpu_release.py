@@ -14,18 +14,39 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterable, Optional
 
-from trainbox import evidence
+from trainbox import gpu_state
 
 #: The longest wait: a driver that has not freed a dead context's memory in two minutes will not soon, and
 #: the retry (then FP32/native convolutions) is the better bet than waiting on.
 RELEASE_WAIT_S = 120.0
 #: Between two looks: each one runs an SMI tool (tens of milliseconds).
 POLL_S = 2.0
+#: The longest one look may take (a tool that hangs in the driver is given up on, see trainbox.gpu_state).
+TOOL_TIMEOUT_S = 5.0
+
+_NVIDIA = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+_ROCM = ("rocm-smi", "--showpids")
+
+
+def memory_by_pid() -> Optional[Dict[int, int]]:
+    """MiB of GPU memory per pid from nvidia-smi (``pid, MiB`` rows) or rocm-smi (``PID NAME GPUS VRAM_BYTES ...``
+    rows); None when neither is installed or answers."""
+    for argv, column, scale in ((_NVIDIA, 1, 1), (_ROCM, 3, 1024 * 1024)):
+        done = gpu_state.query(argv, TOOL_TIMEOUT_S)
+        if done is None or not done.ok:
+            continue
+        memory: Dict[int, int] = {}
+        for line in done.text.splitlines():
+            fields = line.replace(",", " ").split()
+            if len(fields) > column and fields[0].isdigit() and fields[column].isdigit():
+                memory[int(fields[0])] = int(fields[column]) // scale
+        return memory
+    return None
 
 
 def held_mib(pids: Iterable[int]) -> Optional[int]:
     """MiB of GPU memory ``pids`` hold, or None when no GPU tool answers (nothing to wait for then)."""
-    memory = evidence.gpu_memory_by_pid()
+    memory = memory_by_pid()
     if memory is None:
         return None
     wanted = set(pids)

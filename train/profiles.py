@@ -58,8 +58,8 @@ class Profile(BaseModel):
     val_timeout: float = Field(gt=0, description="seconds a validation pass may stay silent")
     save_timeout: float = Field(gt=0, description="seconds a checkpoint save may stay silent")
     # Defaults from the one settings table (--idle-timeout, --compile-cap), which the options override.
-    idle_timeout: float = Field(default=IDLE_TIMEOUT.default, ge=0, description=IDLE_TIMEOUT.help)
-    compile_cap: float = Field(default=COMPILE_CAP.default, ge=0, description=COMPILE_CAP.help)
+    idle_timeout: float = Field(default=IDLE_TIMEOUT.number, ge=0, description=IDLE_TIMEOUT.help)
+    compile_cap: float = Field(default=COMPILE_CAP.number, ge=0, description=COMPILE_CAP.help)
     stall_retry: Dict[str, List[Retry]] = Field(
         default_factory=dict,
         description="cause -> retries for its 1st, 2nd, ... stall in a row, replacing trainbox.restart.RETRIES' row",

@@ -150,8 +150,6 @@ class SilenceWatch:
         found = causes.classify(self.window, stacks, self.tree.root_pid, kernel_text)
         if call.rule is Rule.COMPILE_CAP:  # the judge saw the compile itself: that is the cause, whatever else shows
             found = causes.Diagnosis(causes.Cause.KERNEL_COMPILE, call.evidence + found.evidence)
-        elif call.rule is Rule.IDLE:
-            found = causes.Diagnosis(found.cause, found.evidence + call.evidence)
         self.fields = {"rule": call.rule.value if call.rule else None, **found.to_dict()}
         return self.fields
 

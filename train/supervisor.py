@@ -97,8 +97,8 @@ class Launch:
     stall_timeout: float
     profile: Optional[str] = None
     env: Mapping[str, str] = field(default_factory=dict)
-    idle_timeout: float = float(IDLE_TIMEOUT.default)
-    compile_cap: float = float(COMPILE_CAP.default)
+    idle_timeout: float = IDLE_TIMEOUT.number
+    compile_cap: float = COMPILE_CAP.number
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -327,7 +327,8 @@ class Supervisor:
             return failed
         tee = OutputTee(proc.stdout, self.run_dir.attempt_log(attempt), self.spec.echo)
         tree = proctree.ProcessTree(proc.pid)
-        run = Running(attempt, launch, policy, proc, tree, tee, SilenceWatch(tree, env, Limits(launch.idle_timeout, launch.compile_cap)))
+        watch = SilenceWatch(tree, env, Limits(launch.idle_timeout, launch.compile_cap))
+        run = Running(attempt, launch, policy, proc, tree, tee, watch)
         self._running = run
         launched_at = time.time()
         outcome = Outcome(OutcomeKind.EXITED)
@@ -437,9 +438,14 @@ class Supervisor:
         call = run.watch.look(silent_s, budget)
         if call.action is Action.EXTEND:
             self._emit(
-                "extend", run.attempt, cause="kernel_compile", budget=budget.name, budget_s=round(call.budget_s, 3),
-                silent_s=round(silent_s, 3), evidence=list(call.evidence),
-            )  # fmt: skip
+                "extend",
+                run.attempt,
+                cause="kernel_compile",
+                budget=budget.name,
+                budget_s=round(call.budget_s, 3),
+                silent_s=round(silent_s, 3),
+                evidence=list(call.evidence),
+            )
             say(f"attempt {run.attempt} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
         if call.action is not Action.STALL or run.watch.reported:
             return None
@@ -455,9 +461,13 @@ class Supervisor:
         phase = (outcome.last_beat or {}).get("phase")
         say(stall_line(attempt, silent_s, budget, call, phase) + "; writing incident report")
         reason = {
-            "attempt": attempt, "profile": launch.profile, "budget": budget.name, "budget_s": call.budget_s,
-            "silent_s": round(silent_s, 3), "phase": phase,
-        }  # fmt: skip
+            "attempt": attempt,
+            "profile": launch.profile,
+            "budget": budget.name,
+            "budget_s": call.budget_s,
+            "silent_s": round(silent_s, 3),
+            "phase": phase,
+        }
         detected = time.monotonic()
         where = self.run_dir.incident_dir(self.session, attempt)
         written: Dict[str, Any] = {"incident": str(where)}
@@ -480,11 +490,19 @@ class Supervisor:
         found = run.watch.diagnosis_fields(call)
         say(f"attempt {attempt} stall cause: {found['cause']} ({(found['evidence'] or ['no evidence'])[0]})")
         at = restart.position(outcome.last_beat, launch.profile)
+        fields = {k: v for k, v in reason.items() if k != "attempt"}
         return dict(
-            {k: v for k, v in reason.items() if k != "attempt"}, **found, **written, at=at, incident_s=round(time.monotonic() - detected, 3),
-            learned=run.policy.learned(), beats=outcome.beats, first_beat_ts=outcome.first_beat_ts,
-            first_step_ts=outcome.first_step_ts, last_beat=outcome.last_beat,
-        )  # fmt: skip
+            fields,
+            **found,
+            **written,
+            at=at,
+            incident_s=round(time.monotonic() - detected, 3),
+            learned=run.policy.learned(),
+            beats=outcome.beats,
+            first_beat_ts=outcome.first_beat_ts,
+            first_step_ts=outcome.first_step_ts,
+            last_beat=outcome.last_beat,
+        )
 
     def _stalled(self, run: Running, outcome: Outcome, budget: Budget, call: Call, silent_s: float) -> Outcome:
         outcome.kind = OutcomeKind.STALLED

@@ -52,6 +52,13 @@ class Setting:
         return f"{'>' if self.above else '>='} {self.minimum:g}"
 
     @property
+    def number(self) -> Number:
+        """The default of a number setting, typed as one (a choice has none)."""
+        if isinstance(self.default, str):
+            raise TypeError(f"{self.flag} is a choice, not a number")
+        return self.default
+
+    @property
     def default_text(self) -> str:
         """The default as ``--help`` shows it."""
         return self.default if isinstance(self.default, str) else f"{self.default:g}"
@@ -179,13 +186,13 @@ def add_arguments(parser: argparse.ArgumentParser, profile_defaults: bool = Fals
 class SupervisorSettings:
     """The supervisor's own settings; defaults and rules from ``SETTINGS``."""
 
-    grace_s: float = GRACE.default
-    max_restarts: int = int(MAX_RESTARTS.default)
-    backoff_s: float = BACKOFF.default
-    backoff_max_s: float = BACKOFF_MAX.default
-    learned_factor: float = LEARNED_FACTOR.default
-    learned_floor_s: float = LEARNED_FLOOR.default
-    learned_min_samples: int = int(LEARNED_MIN_SAMPLES.default)
+    grace_s: float = GRACE.number
+    max_restarts: int = int(MAX_RESTARTS.number)
+    backoff_s: float = BACKOFF.number
+    backoff_max_s: float = BACKOFF_MAX.number
+    learned_factor: float = LEARNED_FACTOR.number
+    learned_floor_s: float = LEARNED_FLOOR.number
+    learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
     on_stall: str = str(ON_STALL.default)
 
     def __post_init__(self) -> None:
