@@ -22,17 +22,23 @@ time.sleep(600)
 def test_sleeping_tree_is_idle_and_idleness_grows(tree: Tree) -> None:  # noqa: F811
     child = tree.python(SLEEPING_TREE)
     wait_for_children(child.pid, 3)
-    time.sleep(1)  # let the interpreter's start-up CPU fall out of the first interval
     sampler = evidence.Sampler(proctree.ProcessTree(child.pid), os.environ)
     window = evidence.Window()
+    window.add(sampler.sample())
+    assert window.idle_for_s() == 0.0  # one sample says nothing yet
+    deadline = time.monotonic() + 30
+    while window.idle_for_s() == 0.0:  # the interpreter's start-up CPU falls out of the intervals
+        assert time.monotonic() < deadline, "a sleeping tree never became idle"
+        time.sleep(0.5)
+        window.add(sampler.sample())
     idle: List[float] = []
-    for _ in range(5):
+    for _ in range(3):
+        time.sleep(0.5)
         window.add(sampler.sample())
         idle.append(window.idle_for_s())
-        time.sleep(0.5)
+    assert idle == sorted(idle) and idle[-1] >= idle[0] + 1.0, idle
     assert len(window.last.procs) == 4  # type: ignore[union-attr]
     assert all(p.state == "S" for p in window.last.procs)  # type: ignore[union-attr]
-    assert idle[0] == 0.0 and idle[-1] > idle[1] > 0, idle
     assert window.compile_progress() == ()
     window.clear()
     assert window.idle_for_s() == 0.0 and window.samples == []

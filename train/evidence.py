@@ -128,6 +128,7 @@ class Sample:
     caches: Tuple[CacheSample, ...]
     gpu: Optional[Dict[str, Any]]  # {"source", "memory_mib": {pid: MiB}, "utilisation_pct"} or {"error"}
     cost_s: float  # CPU time (this thread) the sample took
+    wall: float = 0.0  # time.time() when taken: dates the sample against kernel messages; 0.0 when unknown
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -139,7 +140,14 @@ class Sample:
             ProcSample(**dict(p, blocked=tuple((int(tid), str(wchan)) for tid, wchan in p["blocked"]))) for p in data["procs"]
         )
         caches = tuple(CacheSample(**c) for c in data["caches"])
-        return cls(ts=data["ts"], procs=procs, caches=caches, gpu=data.get("gpu"), cost_s=data.get("cost_s", 0.0))
+        return cls(
+            ts=data["ts"],
+            procs=procs,
+            caches=caches,
+            gpu=data.get("gpu"),
+            cost_s=data.get("cost_s", 0.0),
+            wall=data.get("wall", 0.0),
+        )
 
     def proc(self, key: Tuple[int, float]) -> Optional[ProcSample]:
         for proc in self.procs:
@@ -388,7 +396,8 @@ class Sampler:
         gpu = self.gpu.poll(now)
         if gpu and "memory_mib" in gpu:
             gpu = dict(gpu, memory_mib={pid: mib for pid, mib in gpu["memory_mib"].items() if pid in pids})
-        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=round(time.thread_time() - started, 4))
+        cost = round(time.thread_time() - started, 4)
+        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=cost, wall=time.time())
 
 
 @dataclass
@@ -398,7 +407,7 @@ class _Interval:
     seconds: float
     cpu_s: Dict[Tuple[int, float], float] = field(default_factory=dict)
     demand_s: Dict[Tuple[int, float], float] = field(default_factory=dict)  # falls back to cpu_s
-    io_chars: int = 0
+    io: Dict[Tuple[int, float], int] = field(default_factory=dict)  # characters read + written
     cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes)
 
 
@@ -417,7 +426,7 @@ def interval(before: Sample, after: Sample) -> _Interval:
             change.demand_s[proc.key] = change.cpu_s[proc.key]
         if proc.io_chars is not None:
             base = old.io_chars if old is not None and old.io_chars is not None else 0
-            change.io_chars += max(0, proc.io_chars - base)
+            change.io[proc.key] = max(0, proc.io_chars - base)
     earlier = {c.var: c for c in before.caches}
     for cache in after.caches:
         old_cache = earlier.get(cache.var)
@@ -433,7 +442,7 @@ def is_idle(change: _Interval, after: Sample) -> bool:
     """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, ran no compiler."""
     return (
         sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
-        and change.io_chars / change.seconds < IDLE_IO_BYTES_PER_S
+        and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
         and not change.cache_growth
         and not any(p.compiler for p in after.procs)
     )
@@ -510,6 +519,11 @@ class Window:
         """Average cores wanted (used + waited for) per live process (pid), as :meth:`cpu_cores`."""
         change = self._over(since_s)
         return {key[0]: wanted / change.seconds for key, wanted in change.demand_s.items()} if change else {}
+
+    def io_rates(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Characters read and written per second per live process (pid), as :meth:`cpu_cores`."""
+        change = self._over(since_s)
+        return {key[0]: chars / change.seconds for key, chars in change.io.items()} if change else {}
 
     def compile_progress(self) -> Tuple[str, ...]:
         """Evidence lines when a compile made progress lately; () when none.
