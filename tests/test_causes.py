@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Dict
 
-from tests.sampling import Tree, tree, watch  # noqa: F401 - tree is a fixture
+from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
 from trainbox import incident
 from trainbox.causes import Cause, classify
 
@@ -31,3 +32,33 @@ def test_lock_deadlock_is_idle(tree: Tree) -> None:  # noqa: F811
     assert diagnosis.evidence[0].startswith("whole tree idle for")
     assert "hang_lock_deadlock" in diagnosis.evidence[1]
     assert diagnosis.to_dict() == {"cause": "idle", "evidence": list(diagnosis.evidence)}
+
+
+HANGING_LOADER = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+from trainbox import faults
+
+class Hangs(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        faults.point("worker", index=index)
+        return torch.zeros(3)
+
+for batch in DataLoader(Hangs(), batch_size=4, num_workers=2, multiprocessing_context="fork"):
+    pass
+"""
+
+
+def test_dataloader_with_blocked_forked_workers_is_loader_deadlock(tree: Tree) -> None:  # noqa: F811
+    child = tree.python(HANGING_LOADER, env=dict(os.environ, TRAIN_FAULT="sleep@worker"))
+    wait_for_children(child.pid, 2, timeout=120)
+    window = watch(child.pid, 4)
+    workers = [p.pid for p in window.last.procs if p.ppid == child.pid]  # type: ignore[union-attr]
+    diagnosis = classify(window, stacks_of([child.pid, *workers]), child.pid)
+    assert diagnosis.cause is Cause.LOADER_DEADLOCK, diagnosis
+    assert diagnosis.evidence[0] == "main thread in torch/utils/data/dataloader.py:_MultiProcessingDataLoaderIter._try_get_data"
+    assert diagnosis.evidence[1].startswith(f"workers {' '.join(map(str, workers))}: ")
+    assert "blocked in train/faults.py:hang_sleep (from <string>:Hangs.__getitem__)" in diagnosis.evidence[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import List
 
 from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
@@ -21,17 +22,23 @@ time.sleep(600)
 def test_sleeping_tree_is_idle_and_idleness_grows(tree: Tree) -> None:  # noqa: F811
     child = tree.python(SLEEPING_TREE)
     wait_for_children(child.pid, 3)
-    time.sleep(1)  # let the interpreter's start-up CPU fall out of the first interval
     sampler = evidence.Sampler(proctree.ProcessTree(child.pid), os.environ)
     window = evidence.Window()
+    window.add(sampler.sample())
+    assert window.idle_for_s() == 0.0  # one sample says nothing yet
+    deadline = time.monotonic() + 30
+    while window.idle_for_s() == 0.0:  # the interpreter's start-up CPU falls out of the intervals
+        assert time.monotonic() < deadline, "a sleeping tree never became idle"
+        time.sleep(0.5)
+        window.add(sampler.sample())
     idle: List[float] = []
-    for _ in range(5):
+    for _ in range(3):
+        time.sleep(0.5)
         window.add(sampler.sample())
         idle.append(window.idle_for_s())
-        time.sleep(0.5)
+    assert idle == sorted(idle) and idle[-1] >= idle[0] + 1.0, idle
     assert len(window.last.procs) == 4  # type: ignore[union-attr]
     assert all(p.state == "S" for p in window.last.procs)  # type: ignore[union-attr]
-    assert idle[0] == 0.0 and idle[-1] > idle[1] > 0, idle
     assert window.compile_progress() == ()
     window.clear()
     assert window.idle_for_s() == 0.0 and window.samples == []
@@ -51,3 +58,91 @@ def test_to_json_holds_every_sample(tree: Tree) -> None:  # noqa: F811
     rows = window.to_json()
     assert len(rows) == len(window.samples) >= 2
     assert rows[0]["procs"][0]["pid"] == child.pid and "cpu_s" in rows[0]["procs"][0]
+
+
+def big_c_file(path: Path, functions: int) -> Path:
+    """A C file that keeps ``cc -O2`` busy for seconds (each function a loop the optimiser works on)."""
+    body = [
+        f"int f{i}(int x) {{ int s = 0; for (int i = 0; i < x; i++) s += i * {i} ^ (s >> 3); return s; }}"
+        for i in range(functions)
+    ]
+    path.write_text("\n".join(body) + "\nint main(void) { return 0; }\n")
+    return path
+
+
+def test_real_compiler_is_recognised_and_its_cpu_counted(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    source = big_c_file(tmp_path / "big.c", 2500)
+    compile_it = ["cc", "-O2", "-c", str(source), "-o", str(tmp_path / "big.o")]
+    code = f"import subprocess, time; subprocess.run({compile_it!r}); time.sleep(600)"
+    child = tree.python(code)
+    sampler = evidence.Sampler(proctree.ProcessTree(child.pid), os.environ)
+    window = evidence.Window()
+    progress: List[str] = []
+    deadline = time.monotonic() + 60
+    while not progress and time.monotonic() < deadline:
+        window.add(sampler.sample())
+        progress = [line for line in window.compile_progress() if line.startswith("cc1 ")]
+        time.sleep(0.5)
+    assert progress, [p.name for p in window.last.procs]  # type: ignore[union-attr]
+    cc1 = next(p for p in window.last.procs if p.name == "cc1")  # type: ignore[union-attr]
+    assert cc1.compiler and cc1.cpu_s > 0
+    assert window.idle_for_s() == 0.0
+    assert "% CPU" in progress[0] and f"pid {cc1.pid}" in progress[0]
+
+
+GROWING_CACHE = """
+import os, sys, time
+cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+for n in range(10_000):
+    os.makedirs(os.path.join(cache, f"k{n % 7}"), exist_ok=True)
+    with open(os.path.join(cache, f"k{n % 7}", f"kernel{n}.so"), "wb") as handle:
+        handle.write(b"x" * 4096)
+    time.sleep(0.3)
+"""
+
+
+def test_growing_inductor_cache_is_compile_progress(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    child = tree.python(GROWING_CACHE, env=env)
+    window = watch(child.pid, 3, env=env)
+    progress = window.compile_progress()
+    assert any(line.startswith("TORCHINDUCTOR_CACHE_DIR grew by ") for line in progress), progress
+    assert window.idle_for_s() == 0.0
+    cache = next(c for c in window.last.caches if c.var == "TORCHINDUCTOR_CACHE_DIR")  # type: ignore[union-attr]
+    assert cache.path == env["TORCHINDUCTOR_CACHE_DIR"] and cache.files > 0 and cache.bytes == 4096 * cache.files
+
+
+def test_cache_defaults_follow_the_child_environment(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "TMPDIR": "/scratch", "USER": "ana", "TRITON_CACHE_DIR": "/cache/triton"}
+    assert dict(evidence.cache_dirs(env)) == {
+        "MIOPEN_USER_DB_PATH (default)": f"{tmp_path}/.config/miopen",
+        "MIOPEN_CUSTOM_CACHE_DIR (default)": f"{tmp_path}/.cache/miopen",
+        "TORCHINDUCTOR_CACHE_DIR (default)": "/scratch/torchinductor_ana",
+        "TRITON_CACHE_DIR": "/cache/triton",
+    }
+
+
+def test_a_cache_too_big_to_count_still_shows_growth(tmp_path: Path) -> None:
+    for d in range(4):
+        (tmp_path / f"old{d}").mkdir()
+        for f in range(50):
+            (tmp_path / f"old{d}" / f"{f}.bin").write_bytes(b"x")
+    before = evidence.walk_cache("TRITON_CACHE_DIR", str(tmp_path), limit=60)
+    time.sleep(0.05)  # a later mtime on filesystems with coarse timestamps
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "kernel.bin").write_bytes(b"y")
+    after = evidence.walk_cache("TRITON_CACHE_DIR", str(tmp_path), limit=60)
+    assert before is not None and after is not None and before.capped and after.capped
+    assert after.newest > before.newest  # what interval() reads as growth when the count is capped
+    assert evidence.walk_cache("x", str(tmp_path / "absent")) is None
+
+
+def test_sample_cost_on_a_ten_process_tree(tree: Tree) -> None:  # noqa: F811
+    child = tree.python(SLEEPING_TREE.replace("range(3)", "range(9)"))
+    wait_for_children(child.pid, 9)
+    sampler = evidence.Sampler(proctree.ProcessTree(child.pid), os.environ)
+    costs = [sampler.sample().cost_s for _ in range(20)]
+    assert len(sampler.sample().procs) == 10
+    median = sorted(costs)[len(costs) // 2]
+    print(f"sampler cost per sample, 10-process tree: median {1000 * median:.2f} ms CPU, max {1000 * max(costs):.2f} ms")
+    assert median < 0.2  # generous: the figure is for bench/, this only catches a sampler gone pathological

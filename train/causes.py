@@ -14,13 +14,14 @@ messages (:func:`trainbox.gpu_state.read`). The rules, first match wins:
    frame conversion, a C++ extension build, MIOpen).
 5. ``loader_deadlock``: the main thread waits on a DataLoader (torch's ``_try_get_data``,
    a queue get or connection poll under ``dataloader.py``, an Ultralytics loader frame) while
-   it and its workers are idle or blocked.
+   it and its workers neither compute nor read.
 6. ``gpu_wait``: the main thread in a device synchronise or copy (``torch.cuda.synchronize``,
-   a source line calling ``.item()``/``.cpu()``/``.to(``) at under half a core.
+   a source line calling ``.item()``/``.cpu()``/``.to(``, a function named like ``copy_to_device``)
+   without the GIL (CUDA's default synchronise spins a core, so CPU does not decide it).
 7. ``busy_python`` / ``busy_native``: a process uses over :data:`BUSY_CORES`; py-spy's
    ``+gil`` (or a top frame outside torch/numpy) says Python, else native code.
-8. ``io_wait``: a thread reading (dataset frames: PIL, cv2's callers, ``read``) while the
-   tree reads from disk.
+8. ``io_wait``: a thread reading (dataset frames: PIL, Ultralytics' ``load_image``, ``read``)
+   in a process whose reads still trickle in.
 9. ``idle``: the whole tree is idle.
 10. ``unknown``.
 
@@ -32,17 +33,18 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from trainbox.evidence import IDLE_CPU_CORES, ProcSample, Window
+import psutil
+
+from trainbox.evidence import IDLE_CPU_CORES, IDLE_IO_BYTES_PER_S, ProcSample, Window
 
 #: A process above this many cores is busy (a Python spin runs at 1.0; allowance for a loaded machine).
 BUSY_CORES = 0.8
-#: The main thread "waits" on the device below this many cores (a blocking sync sleeps; a spinning
-#: one would read as busy_native, which names the same frame).
-WAIT_CORES = 0.5
 #: A D state counts when seen in at least this share of the last samples (a single D is a page fault).
 D_STATE_SHARE = 0.5
 #: How many of the last samples the D-state rule looks at.
@@ -97,10 +99,11 @@ class ThreadStack:
     def is_main(self, pid: int) -> bool:
         if self.name == "MainThread" or self.ident == str(pid):
             return True
-        # faulthandler names no thread: the main thread's outermost frame is a module's top level.
-        return bool(self.frames) and self.frames[-1].function == "<module>"
+        # faulthandler names no thread: every other thread started in threading's _bootstrap.
+        return self.name == "" and bool(self.frames) and not _THREAD_START.search(self.frames[-1].where)
 
 
+_THREAD_START = re.compile(r"threading\.py:(?:\S+\.)?_bootstrap$")
 _PY_SPY_THREAD = re.compile(r'^Thread (?P<ident>\d+) \((?P<status>[^)]*)\)(?::\s*"(?P<name>.*)")?\s*$')
 _PY_SPY_FRAME = re.compile(r"^\s+(?P<function>\S.*?) \((?P<file>.+):(?P<line>\d+)\)\s*$")
 _FH_THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-f]+) \(most recent call first\):")
@@ -160,15 +163,20 @@ def _source(frame: Frame, cwd: Optional[str]) -> str:
 
 # --- what frames mean ---------------------------------------------------------------------------
 
+#: py-spy shows a method as its qualified name ("_MultiProcessingDataLoaderIter._try_get_data"),
+#: faulthandler as the bare name: patterns accept both.
+_QUALIFIED = r"(?:\S+\.)?"
+
 #: DataLoader waits: torch's loader fetching from its workers' queue, and Ultralytics' loaders.
 LOADER_FRAMES = re.compile(
-    r"torch/utils/data/dataloader\.py:(_try_get_data|_get_data|_next_data|__next__)"
+    rf"torch/utils/data/dataloader\.py:{_QUALIFIED}(_try_get_data|_get_data|_next_data|__next__)$"
     r"|torch/utils/data/_utils/pin_memory\.py"
     r"|ultralytics/data/"
 )
 #: Innermost frames that mean "waiting for another process or thread".
 WAIT_FRAMES = re.compile(
-    r"multiprocessing/(queues|connection|synchronize|popen_\w+)\.py|queue\.py:get|threading\.py:(wait|join|acquire)"
+    rf"multiprocessing/(queues|connection|synchronize|popen_\w+)\.py|queue\.py:{_QUALIFIED}get$"
+    rf"|threading\.py:{_QUALIFIED}(wait|join|acquire)$"
     r"|selectors\.py:select|socket\.py"
 )
 #: Known compile frames: Inductor's compilation (not its runtime), Triton's compiler, Dynamo's frame
@@ -183,12 +191,15 @@ COMPILE_FRAMES = re.compile(
 )
 #: Python frames that wait on the device: synchronisations and host copies.
 DEVICE_FRAMES = re.compile(
-    r"torch/cuda/(__init__|streams)\.py:(synchronize|wait_event|wait_stream|_lazy_init)"
-    r"|torch/cuda/memory\.py:empty_cache|ultralytics/utils/torch_utils\.py:time_sync"
-    r"|torch/_tensor\.py:(__array__|__repr__|__format__|numpy|tolist)"
+    rf"torch/cuda/(__init__|streams)\.py:{_QUALIFIED}(synchronize|wait_event|wait_stream|_lazy_init)$"
+    r"|torch/cuda/memory\.py:empty_cache$|ultralytics/utils/torch_utils\.py:time_sync$"
+    rf"|torch/_tensor\.py:{_QUALIFIED}(__array__|__repr__|__format__)$"
 )
 #: Source lines that block on the device (a copy to the host needs the queued kernels finished).
 DEVICE_CALLS = re.compile(r"\.(item|cpu|numpy|tolist)\(\)|\.(to|cuda)\(|synchronize\(")
+#: Function names that copy to or from the device or wait for it (what a dump of a program whose
+#: source is not at hand still says).
+DEVICE_FUNCTIONS = re.compile(r"synchroni[sz]e|to_device|to_host|to_cpu|device_get", re.IGNORECASE)
 #: GPU driver functions a thread in D state may sleep in (amdgpu/KFD/DRM/TTM, dma fences, NVIDIA).
 GPU_WCHAN = re.compile(r"amdgpu|kfd|drm|ttm_|dma_fence|^nv|_nv\d|nvidia|os_acquire", re.IGNORECASE)
 #: Kernel messages that mean the GPU hung or reset: amdgpu's reset and ring timeouts, NVIDIA's Xid.
@@ -197,11 +208,20 @@ GPU_RESET = re.compile(
     r"|NVRM: Xid|GPU has fallen off the bus",
     re.IGNORECASE,
 )
+#: NVIDIA's Xid 45 is the driver cleaning up the channels of a process that was killed (a previous
+#: attempt's, perhaps): not a sign that the GPU hung.
+KILLED_CHANNEL = re.compile(r"NVRM: Xid \([^)]*\): 45\b")
+#: GPU messages logged this long before the silence's first sample still count (the reset that
+#: silenced the child comes before the sampling starts); older ones belong to an earlier attempt.
+KERNEL_LOOKBACK_S = 300.0
 #: Innermost frames that read files (a dataset's images, labels, cached arrays).
 READ_FRAMES = re.compile(
     r"PIL/(Image|ImageFile|JpegImagePlugin|PngImagePlugin)\.py|numpy/lib/(npyio|format)\.py|torch/serialization\.py"
-    r"|ultralytics/data/(base|utils|dataset)\.py:(load_image|cache|verify|__getitem__)|:(read|readinto|readline|open)$"
+    rf"|ultralytics/data/(base|utils|dataset)\.py:{_QUALIFIED}(load_image|cache\w*|verify\w*)$"
+    rf"|:{_QUALIFIED}(read|readinto|readline|open|imread|load)$"
 )
+#: How deep in a stack (innermost first) a read frame counts: deeper, the thread has moved on to other work.
+READ_DEPTH = 4
 #: Frames whose code runs in native libraries (a busy process there is busy in C/C++, not in Python).
 NATIVE_FILES = re.compile(r"^(torch|numpy|cv2|scipy|PIL|torchvision|triton)/")
 
@@ -216,6 +236,7 @@ class _Facts:
     kernel_text: str
     cores: Dict[int, float]  # pid -> cores used over the window
     demand: Dict[int, float]  # pid -> cores wanted (used + waited for) over the window
+    io: Dict[int, float]  # pid -> characters read + written per second over the window
     last: Dict[int, ProcSample]  # pid -> the latest sample
 
     def stack_of(self, pid: int) -> List[ThreadStack]:
@@ -256,12 +277,48 @@ def _compiling(facts: _Facts) -> Optional[Diagnosis]:
 
 
 def _gpu_trouble(facts: _Facts) -> Optional[Diagnosis]:
-    resets = [line.strip() for line in facts.kernel_text.splitlines() if GPU_RESET.search(line)]
+    first = facts.window.first
+    since = first.wall - KERNEL_LOOKBACK_S if first is not None and first.wall else None
+    resets = gpu_resets(facts.kernel_text, since)
     blocked = _blocked(facts, gpu=True)
     if not resets and not blocked:
         return None
     evidence = [f"kernel: {line[-160:]}" for line in resets[-2:]] + blocked
     return Diagnosis(Cause.GPU_WAIT, tuple(evidence[:4]))
+
+
+_ISO_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[.,]?\d*([+-]\d\d):?(\d\d)")
+_JOURNAL_TIME = re.compile(r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) ")
+_UPTIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def kernel_time(line: str, boot: float) -> Optional[float]:
+    """When a kernel message was logged (epoch seconds), from ``dmesg --time-format iso``, journalctl's
+    short format (local time, no year) or dmesg's seconds since boot; None when the line has no time."""
+    iso = _ISO_TIME.match(line)
+    if iso:
+        offset = timedelta(hours=int(iso[2]), minutes=int(iso[3]) * (1 if iso[2][0] == "+" else -1))
+        return datetime.strptime(iso[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone(offset)).timestamp()
+    journal = _JOURNAL_TIME.match(line)
+    if journal:
+        now = time.time()
+        logged = time.mktime(time.strptime(f"{time.localtime(now).tm_year} {journal[1]}", "%Y %b %d %H:%M:%S"))
+        return logged if logged <= now + 86400 else logged - 365 * 86400  # logged last December
+    uptime = _UPTIME.match(line)
+    return boot + float(uptime[1]) if uptime else None
+
+
+def gpu_resets(kernel_text: str, since: Optional[float] = None) -> List[str]:
+    """Kernel lines that say the GPU hung or reset, logged at ``since`` or later (lines without a time count)."""
+    boot = psutil.boot_time()
+    found = []
+    for line in kernel_text.splitlines():
+        if not GPU_RESET.search(line) or KILLED_CHANNEL.search(line):
+            continue
+        logged = kernel_time(line.strip(), boot) if since is not None else None
+        if logged is None or logged >= since:  # type: ignore[operator]
+            found.append(line.strip())
+    return found
 
 
 def _blocked(facts: _Facts, gpu: bool) -> List[str]:
@@ -307,9 +364,11 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
     if facts.demand.get(facts.main_pid, 0.0) >= BUSY_CORES:
         return None  # the main thread itself is working (loading in-process)
     workers = facts.workers()
-    busy = [w for w in workers if facts.demand.get(w.pid, 0.0) >= BUSY_CORES]
-    if busy:
-        return None  # workers are working: slow, not deadlocked
+    working = [
+        w for w in workers if facts.demand.get(w.pid, 0.0) >= BUSY_CORES or facts.io.get(w.pid, 0.0) >= IDLE_IO_BYTES_PER_S
+    ]
+    if working:
+        return None  # workers compute or read: slow, not deadlocked
     evidence = [f"main thread in {frame.where}"]
     span = facts.window.span_s()
     if workers:
@@ -327,27 +386,33 @@ def _worker_place(facts: _Facts, workers: Sequence[ProcSample]) -> str:
     for worker in workers:
         main = main_thread(facts.stack_of(worker.pid), worker.pid)
         frame = _user_frame(main) if main else None
-        if frame is not None:
-            return frame.where
+        if main is not None and frame is not None:
+            item = next((f for f in main.frames if f.function.endswith("__getitem__")), None)
+            return frame.where + (f" (from {item.where})" if item is not None and item is not frame else "")
     return next((w.wchan for w in workers if w.wchan), "")
 
 
 def _device_wait(facts: _Facts) -> Optional[Diagnosis]:
+    """The main thread in a device synchronise or copy, holding no GIL (a Python loop around one is busy_python).
+
+    CPU does not decide it: a blocking wait sleeps (HIP, CUDA's blocking-sync mode) but CUDA's default
+    spins a core inside ``cudaStreamSynchronize``; the evidence quotes the CPU either way.
+    """
     main = facts.main()
-    if main is None:
+    if main is None or main.status == "active+gil":
         return None
-    cores = facts.cores.get(facts.main_pid, 0.0)
-    if cores >= WAIT_CORES:
-        return None
+    where = f"main process at {_pct(facts.cores.get(facts.main_pid, 0.0))}"
     frame = _first_match(main, DEVICE_FRAMES)
     if frame is not None:
-        return Diagnosis(Cause.GPU_WAIT, (f"main thread in {frame.where}", f"main process at {_pct(cores)}"))
+        return Diagnosis(Cause.GPU_WAIT, (f"main thread in {frame.where}", where))
     top = _user_frame(main)
     if top is None:
         return None
     line = _source(top, facts.cwd())
     if line and DEVICE_CALLS.search(line):
-        return Diagnosis(Cause.GPU_WAIT, (f"main thread at {top.where}: {line[:80]}", f"main process at {_pct(cores)}"))
+        return Diagnosis(Cause.GPU_WAIT, (f"main thread at {top.where}: {line[:80]}", where))
+    if DEVICE_FUNCTIONS.search(top.function):
+        return Diagnosis(Cause.GPU_WAIT, (f"main thread in {top.where}", where))
     return None
 
 
@@ -368,9 +433,9 @@ def _busy(facts: _Facts) -> Optional[Diagnosis]:
     thread = running[0]
     top = thread.top
     where = top.where if top else "?"
-    in_python = thread.status == "active+gil" or (
-        thread.status in ("", "current") and top is not None and not NATIVE_FILES.search(short_path(top.file))
-    )
+    # py-spy's "+gil" says Python; without it (py-spy's "active", or a faulthandler dump) the top frame
+    # decides: torch/numpy code runs in native libraries, anything else in the interpreter.
+    in_python = thread.status == "active+gil" or (top is not None and not NATIVE_FILES.search(short_path(top.file)))
     head = f"pid {pid} ({name}) at {_pct(cores)} for {span:.0f} s"
     if in_python:
         return Diagnosis(Cause.BUSY_PYTHON, (f"{head} in Python: {where}", "no compile sign, no progress"))
@@ -378,22 +443,17 @@ def _busy(facts: _Facts) -> Optional[Diagnosis]:
 
 
 def _reading(facts: _Facts) -> Optional[Diagnosis]:
-    samples = facts.window.samples
-    if len(samples) < 2:
-        return None
-    reads: Dict[int, int] = {}
-    first = samples[0]
-    for proc in samples[-1].procs:
-        old = first.proc(proc.key)
-        if proc.io_disk is not None and old is not None and old.io_disk is not None:
-            reads[proc.pid] = proc.io_disk - old.io_disk
+    """A thread inside a file read (one of its innermost frames) of a process whose reads still trickle in."""
     for pid, threads in facts.threads.items():
+        rate = facts.io.get(pid, 0.0)
+        if rate <= 0:
+            continue
         for thread in threads:
-            frame = _first_match(thread, READ_FRAMES)
-            if frame is not None and thread.frames.index(frame) < 3 and reads.get(pid, 0) > 0:
-                rate = reads[pid] / max(facts.window.span_s(), 1e-6)
+            frame = next((f for f in thread.frames[:READ_DEPTH] if READ_FRAMES.search(f.where)), None)
+            if frame is not None:
+                cores = _pct(facts.cores.get(pid, 0.0))
                 return Diagnosis(
-                    Cause.IO_WAIT, (f"pid {pid} reading in {frame.where}", f"pid {pid} disk I/O {rate / 1024:.0f} KiB/s")
+                    Cause.IO_WAIT, (f"pid {pid} reading in {frame.where}", f"pid {pid}: {rate / 1024:.0f} KiB/s read at {cores}")
                 )
     return None
 
@@ -425,6 +485,7 @@ def classify(window: Window, stacks: Mapping[int, str], main_pid: int, kernel_te
         kernel_text=kernel_text,
         cores=window.cpu_cores(),
         demand=window.demand_cores(),
+        io=window.io_rates(),
         last={p.pid: p for p in last.procs} if last else {},
     )
     for rule in RULES:

@@ -35,9 +35,7 @@ import re
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
-
-import psutil
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox import gpu_state, proctree
 
@@ -130,9 +128,26 @@ class Sample:
     caches: Tuple[CacheSample, ...]
     gpu: Optional[Dict[str, Any]]  # {"source", "memory_mib": {pid: MiB}, "utilisation_pct"} or {"error"}
     cost_s: float  # CPU time (this thread) the sample took
+    wall: float = 0.0  # time.time() when taken: dates the sample against kernel messages; 0.0 when unknown
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sample:
+        """The sample :meth:`to_dict` wrote (after a JSON round trip): evidence.json read back, test fixtures."""
+        procs = tuple(
+            ProcSample(**dict(p, blocked=tuple((int(tid), str(wchan)) for tid, wchan in p["blocked"]))) for p in data["procs"]
+        )
+        caches = tuple(CacheSample(**c) for c in data["caches"])
+        return cls(
+            ts=data["ts"],
+            procs=procs,
+            caches=caches,
+            gpu=data.get("gpu"),
+            cost_s=data.get("cost_s", 0.0),
+            wall=data.get("wall", 0.0),
+        )
 
     def proc(self, key: Tuple[int, float]) -> Optional[ProcSample]:
         for proc in self.procs:
@@ -182,42 +197,82 @@ def _threads(pid: int) -> Tuple[Dict[str, int], Tuple[Tuple[int, str], ...], Opt
     return counts, tuple(blocked), demand / 1e9 if demand is not None else None
 
 
-def _io(proc: psutil.Process) -> Tuple[Optional[int], Optional[int]]:
+def _io(pid: int) -> Tuple[Optional[int], Optional[int]]:
+    """(rchar + wchar, read_bytes + write_bytes) from /proc/PID/io; Nones where unreadable (another user's process)."""
+    fields: Dict[str, int] = {}
+    for line in _read(f"/proc/{pid}/io").splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().isdigit():
+            fields[key] = int(value)
     try:
-        io = proc.io_counters()
-    except (psutil.Error, OSError, AttributeError):
+        return fields["rchar"] + fields["wchar"], fields["read_bytes"] + fields["write_bytes"]
+    except KeyError:
         return None, None
-    return io.read_chars + io.write_chars, io.read_bytes + io.write_bytes  # type: ignore[attr-defined]
+
+
+#: The kernel keeps the first 15 characters of a process's name (``comm``).
+_COMM_LENGTH = 15
+_COMPILER_COMMS = frozenset(name[:_COMM_LENGTH] for name in COMPILERS)
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def is_compiler(name: str, cmdline: str) -> bool:
-    return name in COMPILERS or COMPILE_WORKER_MARK in cmdline
+    return name[:_COMM_LENGTH] in _COMPILER_COMMS or COMPILE_WORKER_MARK in cmdline
 
 
-def _proc_sample(proc: psutil.Process) -> Optional[ProcSample]:
-    try:
-        with proc.oneshot():
-            cpu = proc.cpu_times()
-            name = proc.name()
-            cmdline = " ".join(proc.cmdline())[:200]
-            sample = dict(pid=proc.pid, ppid=proc.ppid(), started=proc.create_time(), name=name, cmdline=cmdline)
-            state = _state_of(_read(f"/proc/{proc.pid}/stat"))
-    except (psutil.Error, OSError):
-        return None
-    threads, blocked, demand = _threads(proc.pid)
-    io_chars, io_disk = _io(proc)
-    wchan = _read(f"/proc/{proc.pid}/wchan").strip()
+def _name(comm: str, cmdline: str) -> str:
+    """The full name when ``comm`` is the kernel's truncation of the command's (as psutil does)."""
+    program = os.path.basename(cmdline.split(" ", 1)[0]) if cmdline else ""
+    return program if len(comm) == _COMM_LENGTH and program.startswith(comm) else comm
+
+
+class _Cmdlines:
+    """Command lines by (pid, start, comm): read once per process and exec, not every sample."""
+
+    def __init__(self) -> None:
+        self.known: Dict[Tuple[int, float, str], str] = {}
+
+    def get(self, pid: int, started: float, comm: str) -> str:
+        key = (pid, started, comm)
+        if key not in self.known:
+            self.known[key] = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()[:200]
+        return self.known[key]
+
+    def keep(self, pids: Sequence[int]) -> None:
+        live = set(pids)
+        self.known = {key: line for key, line in self.known.items() if key[0] in live}
+
+
+def _proc_sample(pid: int, cmdlines: _Cmdlines) -> Optional[ProcSample]:
+    """One process from /proc (psutil would read the same files several times over)."""
+    stat = _read(f"/proc/{pid}/stat")
+    head, _, tail = stat.rpartition(")")
+    fields = tail.split()
+    if len(fields) < 20:
+        return None  # gone
+    # Fields after "(comm)": state, ppid, ..., utime and stime (ticks) at 11 and 12, starttime at 19 (proc(5)).
+    comm = head.partition("(")[2]
+    started = int(fields[19]) / _TICKS_PER_S
+    cmdline = cmdlines.get(pid, started, comm)
+    threads, blocked, demand = _threads(pid)
+    io_chars, io_disk = _io(pid)
+    wchan = _read(f"/proc/{pid}/wchan").strip()
+    name = _name(comm, cmdline)
     return ProcSample(
-        cpu_s=round(cpu.user + cpu.system, 3),
+        pid=pid,
+        ppid=int(fields[1]),
+        started=started,
+        name=name,
+        cmdline=cmdline,
+        cpu_s=round((int(fields[11]) + int(fields[12])) / _TICKS_PER_S, 3),
         demand_s=round(demand, 3) if demand is not None else None,
-        state=state,
+        state=fields[0],
         threads=threads,
         wchan="" if wchan == "0" else wchan,
         blocked=blocked,
         io_chars=io_chars,
         io_disk=io_disk,
         compiler=is_compiler(name, cmdline),
-        **sample,  # type: ignore[arg-type]
     )
 
 
@@ -329,17 +384,20 @@ class Sampler:
         self.tree = tree
         self.caches = cache_dirs(env)
         self.gpu = _GpuPoller()
+        self.cmdlines = _Cmdlines()
 
     def sample(self) -> Sample:
         started = time.thread_time()
         now = time.monotonic()
-        procs = tuple(s for s in (_proc_sample(p) for p in self.tree.scan()) if s is not None)
+        pids = [p.pid for p in self.tree.scan()]
+        self.cmdlines.keep(pids)
+        procs = tuple(s for s in (_proc_sample(pid, self.cmdlines) for pid in pids) if s is not None)
         caches = tuple(c for c in (walk_cache(label, path) for label, path in self.caches) if c is not None)
         gpu = self.gpu.poll(now)
         if gpu and "memory_mib" in gpu:
-            pids = {p.pid for p in procs}
             gpu = dict(gpu, memory_mib={pid: mib for pid, mib in gpu["memory_mib"].items() if pid in pids})
-        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=round(time.thread_time() - started, 4))
+        cost = round(time.thread_time() - started, 4)
+        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=cost, wall=time.time())
 
 
 @dataclass
@@ -349,7 +407,7 @@ class _Interval:
     seconds: float
     cpu_s: Dict[Tuple[int, float], float] = field(default_factory=dict)
     demand_s: Dict[Tuple[int, float], float] = field(default_factory=dict)  # falls back to cpu_s
-    io_chars: int = 0
+    io: Dict[Tuple[int, float], int] = field(default_factory=dict)  # characters read + written
     cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes)
 
 
@@ -368,7 +426,7 @@ def interval(before: Sample, after: Sample) -> _Interval:
             change.demand_s[proc.key] = change.cpu_s[proc.key]
         if proc.io_chars is not None:
             base = old.io_chars if old is not None and old.io_chars is not None else 0
-            change.io_chars += max(0, proc.io_chars - base)
+            change.io[proc.key] = max(0, proc.io_chars - base)
     earlier = {c.var: c for c in before.caches}
     for cache in after.caches:
         old_cache = earlier.get(cache.var)
@@ -384,7 +442,7 @@ def is_idle(change: _Interval, after: Sample) -> bool:
     """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, ran no compiler."""
     return (
         sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
-        and change.io_chars / change.seconds < IDLE_IO_BYTES_PER_S
+        and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
         and not change.cache_growth
         and not any(p.compiler for p in after.procs)
     )
@@ -462,6 +520,11 @@ class Window:
         change = self._over(since_s)
         return {key[0]: wanted / change.seconds for key, wanted in change.demand_s.items()} if change else {}
 
+    def io_rates(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Characters read and written per second per live process (pid), as :meth:`cpu_cores`."""
+        change = self._over(since_s)
+        return {key[0]: chars / change.seconds for key, chars in change.io.items()} if change else {}
+
     def compile_progress(self) -> Tuple[str, ...]:
         """Evidence lines when a compile made progress lately; () when none.
 
@@ -498,3 +561,11 @@ class Window:
     def to_json(self) -> List[Dict[str, Any]]:
         """The kept samples, for the incident's evidence.json."""
         return [sample.to_dict() for sample in self.samples]
+
+    @classmethod
+    def from_json(cls, rows: Sequence[Mapping[str, Any]]) -> Window:
+        """A window holding the samples :meth:`to_json` wrote."""
+        window = cls()
+        for row in rows:
+            window.add(Sample.from_dict(row))
+        return window
