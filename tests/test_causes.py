@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Dict
+
+import pytest
 
 from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
 from trainbox import incident
 from trainbox.causes import Cause, classify
+from trainbox.evidence import Window
 
 
 def stacks_of(pids: list) -> Dict[int, str]:
@@ -62,3 +67,20 @@ def test_dataloader_with_blocked_forked_workers_is_loader_deadlock(tree: Tree) -
     assert diagnosis.evidence[0] == "main thread in torch/utils/data/dataloader.py:_MultiProcessingDataLoaderIter._try_get_data"
     assert diagnosis.evidence[1].startswith(f"workers {' '.join(map(str, workers))}: ")
     assert "blocked in train/faults.py:hang_sleep (from <string>:Hangs.__getitem__)" in diagnosis.evidence[1]
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "causes"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists()))
+def test_recorded_evidence_is_classified(name: str) -> None:
+    """gpu_wait and io_wait from recorded evidence (tests/fixtures/causes/README.md says where each came from)."""
+    fixture = FIXTURES / name
+    expected = json.loads((fixture / "expected.json").read_text())
+    window = Window.from_json(json.loads((fixture / "evidence.json").read_text()))
+    stacks = {int(path.stem): path.read_text() for path in (fixture / "stacks").glob("*.txt")}
+    diagnosis = classify(window, stacks, expected["main_pid"], (fixture / "kernel.txt").read_text())
+    assert diagnosis.cause.value == expected["cause"], diagnosis
+    assert expected["first_evidence_has"] in diagnosis.evidence[0], diagnosis
+    for absent in expected["no_evidence_has"]:
+        assert not any(absent in line for line in diagnosis.evidence), diagnosis

@@ -283,8 +283,19 @@ def _gpu_trouble(facts: _Facts) -> Optional[Diagnosis]:
     blocked = _blocked(facts, gpu=True)
     if not resets and not blocked:
         return None
-    evidence = [f"kernel: {line[-160:]}" for line in resets[-2:]] + blocked
-    return Diagnosis(Cause.GPU_WAIT, tuple(evidence[:4]))
+    shown = [f"kernel: {_without_time(line)[:160]}" for line in resets[:2]]
+    if len(resets) > 2:
+        shown.append(f"{len(resets) - 2} more GPU reset or timeout messages in kernel.txt")
+    return Diagnosis(Cause.GPU_WAIT, tuple(shown + blocked)[:4])
+
+
+def _without_time(line: str) -> str:
+    """A kernel message without its time stamp (dmesg's ISO or uptime prefix, journalctl's "time host kernel:")."""
+    stamp = _ISO_TIME.match(line) or _UPTIME.match(line)
+    if stamp:
+        return line[stamp.end() :].strip()
+    journal = _JOURNAL_TIME.match(line)
+    return line[journal.end() :].split("kernel: ", 1)[-1].strip() if journal else line
 
 
 _ISO_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)[.,]?\d*([+-]\d\d):?(\d\d)")
@@ -426,16 +437,23 @@ def _busy(facts: _Facts) -> Optional[Diagnosis]:
     name = proc.name if proc else "?"
     threads = facts.stack_of(pid)
     span = facts.window.span_s()
-    running = [t for t in threads if t.status.startswith("active")] or [t for t in threads if t.is_main(pid) and t.frames]
+    # py-spy marks the threads on a CPU; a faulthandler dump does not, and its main thread stands for them.
+    running = [t for t in threads if t.status.startswith("active")] or [
+        t for t in threads if t.status in ("", "current") and t.is_main(pid) and t.frames
+    ]
     if not running:
         what = "no Python stack" if not threads else "no Python thread running"
         return Diagnosis(Cause.BUSY_NATIVE, (f"pid {pid} ({name}) at {_pct(cores)} for {span:.0f} s, {what}",))
     thread = running[0]
     top = thread.top
     where = top.where if top else "?"
-    # py-spy's "+gil" says Python; without it (py-spy's "active", or a faulthandler dump) the top frame
-    # decides: torch/numpy code runs in native libraries, anything else in the interpreter.
-    in_python = thread.status == "active+gil" or (top is not None and not NATIVE_FILES.search(short_path(top.file)))
+    # py-spy says "active+gil" for a thread running Python, "active" for one in native code that let go of
+    # the GIL; a faulthandler dump says neither, and the top frame decides: torch/numpy code runs in
+    # native libraries, anything else in the interpreter.
+    if thread.status.startswith("active"):
+        in_python = thread.status == "active+gil"
+    else:
+        in_python = top is not None and not NATIVE_FILES.search(short_path(top.file))
     head = f"pid {pid} ({name}) at {_pct(cores)} for {span:.0f} s"
     if in_python:
         return Diagnosis(Cause.BUSY_PYTHON, (f"{head} in Python: {where}", "no compile sign, no progress"))
