@@ -255,8 +255,9 @@ def point(site: str, **context: object) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
 
-    ``--phase-timeout`` declares a phase ``slow`` of that budget before step
-    ``--slow-step`` and then stays silent for ``--slow-seconds``. ``--chatter N``
+    ``--phase-timeout`` declares a phase (``--slow-phase``, default ``slow``) of
+    that budget before step ``--slow-step`` (fault site ``slow``) and then stays
+    silent for ``--slow-seconds``. ``--chatter N``
     prints N more bytes per step (a chatty trainer that fills its output pipe).
     """
     from trainbox import heartbeat
@@ -267,6 +268,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--slow-step", type=int, default=-1)
     parser.add_argument("--slow-seconds", type=float, default=0.0)
     parser.add_argument("--phase-timeout", type=float, default=None)
+    parser.add_argument("--slow-phase", default="slow")
     parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
     parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
     args = parser.parse_args(argv)
@@ -274,7 +276,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     point("start")
     for step in range(args.steps):
         if step == args.slow_step:
-            heartbeat.beat("slow", step=step, timeout=args.phase_timeout, force=True)
+            heartbeat.beat(args.slow_phase, step=step, timeout=args.phase_timeout, force=True)
+            point("slow", step=step)
             time.sleep(args.slow_seconds)
         heartbeat.beat("train", step=step, timeout=None, force=True)
         print(f"step {step}", flush=True)
