@@ -37,6 +37,7 @@ from common import REPO, events, span, summary, train_cli, write_results
 
 from trainbox.causes import classify
 from trainbox.evidence import SAMPLE_EVERY_S, Window
+from trainbox.rundir import IncidentDir
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
 #: The cause each hang is (the classifier's accuracy is judged against these).
@@ -150,7 +151,7 @@ def supervised(
             sample["cost_s"]
             for e in history
             if e["event"] == "stall" and e.get("incident")
-            for sample in json.loads((Path(e["incident"]) / "evidence.json").read_text())
+            for sample in json.loads(IncidentDir(Path(e["incident"])).evidence.read_text())
         ]
     if code != 0:
         raise SystemExit(f"{fault}: supervisor exited {code}: {history}")
@@ -173,9 +174,10 @@ def recorded_causes() -> Dict[str, Tuple[str, str]]:
         if not (fixture / "expected.json").exists():
             continue
         expected = json.loads((fixture / "expected.json").read_text())
-        window = Window.from_json(json.loads((fixture / "evidence.json").read_text()))
-        stacks = {int(path.stem): path.read_text() for path in (fixture / "stacks").glob("*.txt")}
-        diagnosis = classify(window, stacks, expected["main_pid"], (fixture / "kernel.txt").read_text())
+        recorded = IncidentDir(fixture)  # laid out as an incident report
+        window = Window.from_json(json.loads(recorded.evidence.read_text()))
+        stacks = {int(path.stem): path.read_text() for path in recorded.stack.directory.glob("*.txt")}
+        diagnosis = classify(window, stacks, expected["main_pid"], recorded.kernel.read_text())
         found[f"recorded: {fixture.name}"] = (expected["cause"], diagnosis.cause.value)
     return found
 

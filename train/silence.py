@@ -133,14 +133,17 @@ class SilenceWatch:
         self.reported = False
         self.fields = None
 
+    def budget_s(self, budget: Budget) -> float:
+        """The budget in force in this silence: the phase's, or what a compile's extensions granted."""
+        return budget.seconds if self._granted is None else self._granted
+
     def look(self, silent_s: float, budget: Budget) -> Call:
         now = time.monotonic()
         if now >= self._next_sample and sampling_due(silent_s, budget.seconds):
             self.window.add(self.sampler.sample())
             self._next_sample = now + sampling_interval(budget.seconds)
-        granted = budget.seconds if self._granted is None else self._granted
         look = Look(silent_s, budget, self.window.idle_for_s(), self.window.compile_progress())
-        call = judge(look, granted, self.limits)
+        call = judge(look, self.budget_s(budget), self.limits)
         if call.action is Action.EXTEND:
             self._granted = call.budget_s
         return call
@@ -156,6 +159,17 @@ class SilenceWatch:
     def diagnosis_fields(self, call: Call) -> Dict[str, Any]:
         """This silence's diagnosis; from the samples alone when the incident (and its stacks) could not be written."""
         return self.fields if self.fields is not None else self.diagnose(call, {})
+
+
+def extension(budget: Budget, call: Call, silent_s: float) -> Dict[str, Any]:
+    """The ``extend`` event's fields for an EXTEND ``call``."""
+    return {
+        "cause": causes.Cause.KERNEL_COMPILE.value,
+        "budget": budget.name,
+        "budget_s": round(call.budget_s, 3),
+        "silent_s": round(silent_s, 3),
+        "evidence": list(call.evidence),
+    }
 
 
 def stall_line(attempt: int, silent_s: float, budget: Budget, call: Call, phase: Optional[str]) -> str:

@@ -44,7 +44,7 @@ from trainbox.output import OutputTee, say
 from trainbox.restart import CauseStreak, Counters, Outcome, OutcomeKind, Retry, Verdict, decide, retry_for
 from trainbox.rundir import RunDir
 from trainbox.runlock import RunLock
-from trainbox.silence import Action, Call, Limits, SilenceWatch, stall_line
+from trainbox.silence import Action, Call, Limits, SilenceWatch, extension, stall_line
 from trainbox.supervisor_settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS, SupervisorSettings
 
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
@@ -231,8 +231,9 @@ class Supervisor:
             self.counters = decision.counters
             if decision.verdict is Verdict.STOPPED:
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal", outcome)
-            if decision.verdict is Verdict.SUCCEEDED or following is None:
+            if decision.verdict is Verdict.SUCCEEDED:
                 return self._finish(attempt, ExitCode.OK, State.SUCCEEDED, "completed", outcome)
+            assert following is not None  # any other ending was a failure, and the planner has planned its retry
             history.append(self._describe(outcome, launch))
             if decision.verdict is Verdict.MISCONFIGURED:
                 return self._misconfigured(attempt, outcome)
@@ -425,7 +426,7 @@ class Supervisor:
                 return stalled
             tree.scan()
             self._publish(
-                budget={"name": budget.name, "seconds": budget.seconds},
+                budget={"name": budget.name, "seconds": run.watch.budget_s(budget)},  # extended while compiling
                 silent_s=round(silent, 2),
                 last_progress_ts=time.time() - silent,
                 heartbeat=outcome.last_beat,
@@ -437,15 +438,7 @@ class Supervisor:
         """Judge the silence (:mod:`trainbox.silence`): record an extension, report a stall, or end the attempt."""
         call = run.watch.look(silent_s, budget)
         if call.action is Action.EXTEND:
-            self._emit(
-                "extend",
-                run.attempt,
-                cause="kernel_compile",
-                budget=budget.name,
-                budget_s=round(call.budget_s, 3),
-                silent_s=round(silent_s, 3),
-                evidence=list(call.evidence),
-            )
+            self._emit("extend", run.attempt, **extension(budget, call, silent_s))
             say(f"attempt {run.attempt} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
         if call.action is not Action.STALL or run.watch.reported:
             return None
@@ -488,7 +481,9 @@ class Supervisor:
             say(f"cannot write the incident report to {where}: {exc.strerror or exc}")
             written = {"incident": None, "incident_bytes": 0, "incident_error": f"{exc.strerror or exc}: {exc.filename or where}"}
         found = run.watch.diagnosis_fields(call)
-        say(f"attempt {attempt} stall cause: {found['cause']} ({(found['evidence'] or ['no evidence'])[0]})")
+        first = (found["evidence"] or ["no evidence"])[0]
+        say(f"attempt {attempt} stall cause: {found['cause']} ({first})")
+        self._publish(force=True, last_stall={"attempt": attempt, "cause": found["cause"], "evidence": first})
         at = restart.position(outcome.last_beat, launch.profile)
         fields = {k: v for k, v in reason.items() if k != "attempt"}
         return dict(
@@ -509,7 +504,6 @@ class Supervisor:
         self.counters = self.counters.counted(outcome)
         self._set_state(State.STALLED)
         report = self._report(run, outcome, budget, call, silent_s)
-        self._publish(force=True, cause=report["cause"], evidence=report["evidence"][:1])
         diagnosed = time.monotonic()
         # The child may have ended by itself while the report was written: an exit 0 then is a success.
         code_before_kill = run.proc.poll()
