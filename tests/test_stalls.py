@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tests.supervised import Finished, faulty_child, survivors, train_cli
+from tests.supervised import Finished, faulty_child, read_events, start_cli, survivors, train_cli, wait_for
 from trainbox.errors import ExitCode
 
 #: Quick grace and backoff; each test sets its own budgets.
@@ -69,13 +69,27 @@ def test_real_compilers_running_past_the_budget_are_not_killed(tmp_path: Path) -
 
 
 def test_in_process_compile_that_grows_the_inductor_cache_is_not_killed(tmp_path: Path) -> None:
-    env = {"TRAIN_FAULT_SECONDS": "12", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    result = supervise(tmp_path / "run", "cache@step,step=2,attempt=0", ["--stall-timeout", "4"], env)
+    run_dir = tmp_path / "run"
+    env = {
+        "TRAIN_FAULT": "cache@step,step=2,attempt=0",
+        "TRAIN_FAULT_SECONDS": "12",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c"),
+    }
+    args = ["supervise", "--run-dir", str(run_dir), "--stall-timeout", "4", *QUICK, "--", *faulty_child("--steps", "6")]
+    proc = start_cli(args, env)
+    try:
+        wait_for(lambda: "extend" in [e["event"] for e in read_events(run_dir)], 60, "the first extension")
+        health = train_cli(["health", "--run-dir", str(run_dir)], run_dir)
+    finally:
+        code = proc.wait(timeout=120)
+    result = Finished(code, "", "", run_dir)
 
-    assert result.code == 0, result.stderr
+    assert result.code == 0
     assert "stall" not in result.kinds() and "extend" in result.kinds(), result.kinds()
     lines = [line for e in result.of("extend") for line in e["evidence"]]
     assert any("TORCHINDUCTOR_CACHE_DIR" in line for line in lines), lines
+    assert health.code == 0 and health.stdout.startswith("healthy: running"), "judged by the extended budget"
+    assert not survivors(run_dir)
 
 
 def test_a_compile_that_never_ends_is_stopped_at_the_cap(tmp_path: Path) -> None:
