@@ -131,8 +131,8 @@ class RunDir(_Layout):
     stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
     incident_dir = Numbered(
         "incidents/<session>-<attempt>/",
-        "the report written for a stall, before anything was killed; `<session>` is the supervisor's start "
-        "(UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
+        "the report written for a stall, before anything was killed (its cause and evidence in `summary.json`); "
+        "`<session>` is the supervisor's start (UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
     )
     lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
     attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")

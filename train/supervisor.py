@@ -3,6 +3,7 @@
 Shaped after torchelastic's agent: a spec validated on creation, a state enum
 that documents the machine, and a ``run()`` that always cleans up. What to do
 after an attempt ends is decided by :mod:`trainbox.restart` (a pure policy),
+whether a silence is a stall by :mod:`trainbox.silence` (budget, idleness, compile progress),
 the settings and their rules are :mod:`trainbox.supervisor_settings`, and
 every path of the run directory is named by :class:`trainbox.rundir.RunDir`.
 
@@ -59,9 +60,10 @@ class State(str, Enum):
 
     STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
     STARTING | RUNNING --exit != 0--------------> CRASHED
-    STARTING | RUNNING --budget spent-----------> STALLED  (incident written, tree killed)
+    STARTING | RUNNING --budget spent or idle---> STALLED  (incident written, tree killed; trainbox.silence)
+    STARTING | RUNNING --the same, with --on-stall report--> unchanged (incident written once per silence)
     CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
-    CRASHED | STALLED --restart budget spent----> GAVE_UP
+    CRASHED | STALLED --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
 
     The arrows out of CRASHED and STALLED are :func:`trainbox.restart.decide`'s.
