@@ -344,6 +344,8 @@ class Supervisor:
                 pid=proc.pid,
                 startup_timeout_s=launch.startup_timeout,
                 stall_timeout_s=launch.stall_timeout,
+                idle_timeout_s=launch.idle_timeout,
+                compile_cap_s=launch.compile_cap,
             )
             self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
             outcome = self._watch(run)
