@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Dict
 
 import pytest
 
-from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
+from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
 from trainbox import incident
 from trainbox.causes import Cause, classify
 from trainbox.evidence import Window
@@ -84,3 +86,73 @@ def test_recorded_evidence_is_classified(name: str) -> None:
     assert expected["first_evidence_has"] in diagnosis.evidence[0], diagnosis
     for absent in expected["no_evidence_has"]:
         assert not any(absent in line for line in diagnosis.evidence), diagnosis
+
+
+NATIVE_LOOP = """
+import torch
+torch.set_num_threads(1)
+a = torch.randn(400, 400)
+print("looping", flush=True)
+while True:
+    torch.mm(a, a)
+"""
+
+
+def test_native_busy_loop_is_busy_native(tree: Tree) -> None:  # noqa: F811
+    child = tree.python(NATIVE_LOOP)
+    wait_for_line(child, "looping")
+    window = watch(child.pid, 3)
+    diagnosis = classify(window, stacks_of([child.pid]), child.pid)
+    assert diagnosis.cause is Cause.BUSY_NATIVE, diagnosis
+    assert "in native code called from <string>:<module>" in diagnosis.evidence[0]
+
+
+SLOW_READER = """
+import pathlib, sys, torch
+from torch.utils.data import DataLoader, Dataset
+
+class RemoteImages(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        return len(pathlib.Path(sys.argv[1]).read_bytes())
+
+for batch in DataLoader(RemoteImages(), num_workers=1, multiprocessing_context="fork"):
+    pass
+"""
+
+
+def trickle(path: Path, stop: threading.Event) -> None:
+    """A slow network filesystem: 128 KiB every 0.25 s into the file the dataset reads.
+
+    A thread of the test, not a process: every other child of the test process would count as
+    part of the tree (:class:`trainbox.proctree.ProcessTree` adopts them, as a subreaper must).
+    """
+    try:
+        with open(path, "wb", buffering=0) as pipe:
+            while not stop.is_set():
+                pipe.write(bytes(128 * 1024))
+                time.sleep(0.25)
+    except BrokenPipeError:
+        pass  # the reader was killed at the end of the test
+
+
+def test_dataloader_worker_in_a_slow_read_is_io_wait(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    fifo = tmp_path / "images.bin"
+    os.mkfifo(fifo)
+    child = tree.python(SLOW_READER, str(fifo))
+    stop = threading.Event()
+    writer = threading.Thread(target=trickle, args=(fifo, stop), daemon=True)
+    writer.start()
+    try:
+        wait_for_children(child.pid, 1, timeout=120)
+        window = watch(child.pid, 4)
+        worker = next(p.pid for p in window.last.procs if p.ppid == child.pid)  # type: ignore[union-attr]
+        diagnosis = classify(window, stacks_of([child.pid, worker]), child.pid)
+    finally:
+        stop.set()
+        tree.stop()  # the reader ends, so the writer's next write fails
+        writer.join(timeout=10)
+    assert diagnosis.cause is Cause.IO_WAIT, diagnosis
+    assert diagnosis.evidence[0] == f"pid {worker} reading in pathlib.py:Path.read_bytes"
