@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 from typing import Dict
 
+import psutil
 import pytest
 
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
-from trainbox import incident
-from trainbox.causes import Cause, classify
+from trainbox import evidence, incident, proctree
+from trainbox.causes import Cause, classify, gpu_resets, kernel_time
 from trainbox.evidence import Window
 
 
@@ -156,3 +157,64 @@ def test_dataloader_worker_in_a_slow_read_is_io_wait(tree: Tree, tmp_path: Path)
         writer.join(timeout=10)
     assert diagnosis.cause is Cause.IO_WAIT, diagnosis
     assert diagnosis.evidence[0] == f"pid {worker} reading in pathlib.py:Path.read_bytes"
+
+
+TORCH_COMPILE = """
+import time, torch
+print("compiling", flush=True)
+
+@torch.compile
+def f(x):
+    return (x.sin() * x.cos()).sum(dim=0) + x.mean()
+
+f(torch.randn(64, 64))
+# The pool of compile workers Inductor keeps for the process's life when it compiles in parallel
+# (for GPU kernels; a CPU-only compile here runs in-process): idle from now on.
+from torch._inductor.compile_worker.subproc_pool import SubprocPool
+pool = SubprocPool(2)
+print("compiled", flush=True)
+time.sleep(600)
+"""
+
+
+def test_torch_compile_is_kernel_compile_and_its_idle_worker_pool_is_idle(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    """Real Inductor on the CPU filling TORCHINDUCTOR_CACHE_DIR, then its real compile-worker pool, idle."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    child = tree.python(TORCH_COMPILE, env=env)
+    wait_for_line(child, "compiling")
+    sampler = evidence.Sampler(proctree.ProcessTree(child.pid), env)
+    window = evidence.Window()
+    deadline = time.monotonic() + 240
+    while not window.compile_progress():
+        assert time.monotonic() < deadline, "no compile progress seen"
+        time.sleep(0.5)
+        window.add(sampler.sample())
+    diagnosis = classify(window, stacks_of([p.pid for p in window.last.procs]), child.pid)  # type: ignore[union-attr]
+    assert diagnosis.cause is Cause.KERNEL_COMPILE, diagnosis
+    assert any("TORCHINDUCTOR_CACHE_DIR grew by" in line or "running for" in line for line in diagnosis.evidence)
+    wait_for_line(child, "compiled")
+    window.clear()
+    while window.idle_for_s() < 2:
+        assert time.monotonic() < deadline, "the tree never went idle after its compile"
+        time.sleep(0.5)
+        window.add(sampler.sample())
+    workers = [p for p in window.last.procs if p.compiler]  # type: ignore[union-attr]
+    assert workers and "torch/_inductor/compile_worker/__main__.py" in workers[0].cmdline
+    assert window.compile_progress() == ()
+
+
+def test_kernel_messages_are_dated_in_each_log_format() -> None:
+    """dmesg --time-format iso, journalctl's short format (local time) and dmesg's seconds since boot."""
+    now, boot = time.time(), psutil.boot_time()
+    minute_ago = now - 60
+    lines = {
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(minute_ago)) + ",123456+00:00 amdgpu: GPU reset begin!": minute_ago,
+        time.strftime("%b %d %H:%M:%S", time.localtime(minute_ago)) + " host kernel: amdgpu: GPU reset begin!": minute_ago,
+        f"[{minute_ago - boot:12.6f}] amdgpu: GPU reset begin!": minute_ago,
+    }
+    for line, logged in lines.items():
+        assert abs(kernel_time(line, boot) - logged) < 1.5, line  # type: ignore[operator]
+    assert kernel_time("amdgpu: GPU reset begin!", boot) is None
+    older = f"[{minute_ago - boot - 3600:12.6f}] amdgpu: GPU reset begin!"
+    killed = f"[{minute_ago - boot:12.6f}] NVRM: Xid (PCI:0000:65:00): 45, pid=7, name=python3, Ch 00000010"
+    assert gpu_resets("\n".join([*lines, older, killed]), since=now - 120) == [line.strip() for line in lines]

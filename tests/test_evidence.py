@@ -9,6 +9,7 @@ from typing import List
 
 from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
 from trainbox import evidence, proctree
+from trainbox.causes import Cause, classify
 
 SLEEPING_TREE = """
 import os, time
@@ -88,6 +89,7 @@ def test_real_compiler_is_recognised_and_its_cpu_counted(tree: Tree, tmp_path: P
     assert cc1.compiler and cc1.cpu_s > 0
     assert window.idle_for_s() == 0.0
     assert "% CPU" in progress[0] and f"pid {cc1.pid}" in progress[0]
+    assert classify(window, {}, child.pid).cause is Cause.KERNEL_COMPILE  # from the samples alone, no stacks
 
 
 GROWING_CACHE = """

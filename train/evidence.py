@@ -129,6 +129,7 @@ class Sample:
     gpu: Optional[Dict[str, Any]]  # {"source", "memory_mib": {pid: MiB}, "utilisation_pct"} or {"error"}
     cost_s: float  # CPU time (this thread) the sample took
     wall: float = 0.0  # time.time() when taken: dates the sample against kernel messages; 0.0 when unknown
+    boot: float = 0.0  # seconds since boot when taken (the clock of ProcSample.started): ages processes
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -147,6 +148,7 @@ class Sample:
             gpu=data.get("gpu"),
             cost_s=data.get("cost_s", 0.0),
             wall=data.get("wall", 0.0),
+            boot=data.get("boot", 0.0),
         )
 
     def proc(self, key: Tuple[int, float]) -> Optional[ProcSample]:
@@ -397,7 +399,8 @@ class Sampler:
         if gpu and "memory_mib" in gpu:
             gpu = dict(gpu, memory_mib={pid: mib for pid, mib in gpu["memory_mib"].items() if pid in pids})
         cost = round(time.thread_time() - started, 4)
-        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=cost, wall=time.time())
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=cost, wall=time.time(), boot=boot)
 
 
 @dataclass
@@ -438,13 +441,22 @@ def interval(before: Sample, after: Sample) -> _Interval:
     return change
 
 
+def compiling(change: _Interval, after: Sample) -> List[ProcSample]:
+    """The compiler processes that used at least COMPILER_BUSY_CORES over the interval.
+
+    A compiler that waits is not compiling: Inductor keeps its pool of compile workers for the
+    process's whole life, idle between compiles.
+    """
+    return [p for p in after.procs if p.compiler and change.cpu_s.get(p.key, 0.0) / change.seconds >= COMPILER_BUSY_CORES]
+
+
 def is_idle(change: _Interval, after: Sample) -> bool:
-    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, ran no compiler."""
+    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing."""
     return (
         sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
         and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
         and not change.cache_growth
-        and not any(p.compiler for p in after.procs)
+        and not compiling(change, after)
     )
 
 
@@ -537,13 +549,9 @@ class Window:
         before, last = samples[-2], samples[-1]
         change = interval(before, last)
         lines = []
-        for proc in last.procs:
-            used = change.cpu_s.get(proc.key, 0.0)
-            if proc.compiler and used / change.seconds >= COMPILER_BUSY_CORES:
-                seen = next((s.ts for s in samples if s.proc(proc.key) is not None), last.ts)
-                lines.append(
-                    f"{proc.name} (pid {proc.pid}) running for {last.ts - seen:.0f} s, {100 * used / change.seconds:.0f} % CPU"
-                )
+        for proc in compiling(change, last):
+            cpu = 100 * change.cpu_s[proc.key] / change.seconds
+            lines.append(f"{proc.name} (pid {proc.pid}) running for {last.boot - proc.started:.0f} s, {cpu:.0f} % CPU")
         first_caches = {c.var: c for c in samples[0].caches}
         for cache in last.caches:
             grew_at = self._last_growth.get(cache.var)
