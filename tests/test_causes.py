@@ -7,15 +7,16 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import psutil
 import pytest
 
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
-from trainbox import evidence, incident, proctree
+from trainbox import evidence, faults, heartbeat, incident, proctree
 from trainbox.causes import Cause, classify, gpu_resets, kernel_time
 from trainbox.evidence import Window
+from trainbox.rundir import RunDir
 
 
 def stacks_of(pids: list) -> Dict[int, str]:
@@ -45,7 +46,9 @@ def test_lock_deadlock_is_idle(tree: Tree) -> None:  # noqa: F811
 HANGING_LOADER = """
 import torch
 from torch.utils.data import DataLoader, Dataset
-from trainbox import faults
+from trainbox import faults, heartbeat
+
+heartbeat.install_stack_dump()  # faulthandler on SIGUSR1, re-registered in each forked worker
 
 class Hangs(Dataset):
     def __len__(self):
@@ -60,8 +63,22 @@ for batch in DataLoader(Hangs(), batch_size=4, num_workers=2, multiprocessing_co
 """
 
 
-def test_dataloader_with_blocked_forked_workers_is_loader_deadlock(tree: Tree) -> None:  # noqa: F811
-    child = tree.python(HANGING_LOADER, env=dict(os.environ, TRAIN_FAULT="sleep@worker"))
+def faulthandler_stacks(run_dir: Path, pids: List[int]) -> Dict[int, str]:
+    """Real faulthandler dumps, asked for as the incident's fallback asks (SIGUSR1, trainbox.heartbeat)."""
+    for pid in pids:
+        os.kill(pid, heartbeat.STACK_DUMP_SIGNAL)
+    dumps = {pid: RunDir(run_dir).stack_dump(pid) for pid in pids}
+    deadline = time.monotonic() + 30
+    while not all(path.exists() and "most recent call first" in path.read_text() for path in dumps.values()):
+        assert time.monotonic() < deadline, "no faulthandler dump"
+        time.sleep(0.1)
+    time.sleep(0.2)  # the dump is written in pieces
+    return {pid: path.read_text() for pid, path in dumps.items()}
+
+
+def test_dataloader_with_blocked_forked_workers_is_loader_deadlock(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    """Read from py-spy's dumps and from faulthandler's: the same cause, the same places."""
+    child = tree.python(HANGING_LOADER, env=dict(os.environ, TRAIN_FAULT="sleep@worker", TRAIN_RUN_DIR=str(tmp_path)))
     wait_for_children(child.pid, 2, timeout=120)
     window = watch(child.pid, 4)
     workers = [p.pid for p in window.last.procs if p.ppid == child.pid]  # type: ignore[union-attr]
@@ -70,6 +87,11 @@ def test_dataloader_with_blocked_forked_workers_is_loader_deadlock(tree: Tree) -
     assert diagnosis.evidence[0] == "main thread in torch/utils/data/dataloader.py:_MultiProcessingDataLoaderIter._try_get_data"
     assert diagnosis.evidence[1].startswith(f"workers {' '.join(map(str, workers))}: ")
     assert "blocked in train/faults.py:hang_sleep (from <string>:Hangs.__getitem__)" in diagnosis.evidence[1]
+
+    diagnosis = classify(window, faulthandler_stacks(tmp_path, [child.pid, *workers]), child.pid)
+    assert diagnosis.cause is Cause.LOADER_DEADLOCK, diagnosis
+    assert diagnosis.evidence[0] == "main thread in torch/utils/data/dataloader.py:_try_get_data"
+    assert f"blocked in {faults.__file__}:hang_sleep (from <string>:__getitem__)" in diagnosis.evidence[1]
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "causes"

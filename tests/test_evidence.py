@@ -11,6 +11,8 @@ from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - 
 from trainbox import evidence, proctree
 from trainbox.causes import Cause, classify
 
+FIXTURES = Path(__file__).parent / "fixtures" / "causes"
+
 SLEEPING_TREE = """
 import os, time
 for _ in range(3):
@@ -148,3 +150,10 @@ def test_sample_cost_on_a_ten_process_tree(tree: Tree) -> None:  # noqa: F811
     median = sorted(costs)[len(costs) // 2]
     print(f"sampler cost per sample, 10-process tree: median {1000 * median:.2f} ms CPU, max {1000 * max(costs):.2f} ms")
     assert median < 0.2  # generous: the figure is for bench/, this only catches a sampler gone pathological
+
+
+def test_gpu_memory_per_process_from_either_tool() -> None:
+    """nvidia-smi's CSV and rocm-smi's KFD table (layout: tests/fixtures/causes/README.md)."""
+    assert evidence.nvidia_memory("4121, 2048\n4188, 16\n4121, 512\n") == {4121: 2560, 4188: 16}
+    table = (FIXTURES / "smi" / "rocm-smi-showpids.txt").read_text()
+    assert evidence.rocm_memory(table) == {4121: 2048, 4188: 0}
