@@ -20,13 +20,12 @@ class Tree:
     def __init__(self) -> None:
         self.started: List[subprocess.Popen] = []
 
-    def start(self, argv: List[str], env: Optional[Mapping[str, str]] = None, **kwargs: object) -> subprocess.Popen:
-        child = subprocess.Popen(argv, env=dict(env) if env is not None else None, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    def python(self, code: str, *args: str, env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
+        """``python -c code args...``; its stdout is a pipe (see :func:`wait_for_line`)."""
+        argv = [sys.executable, "-c", code, *args]
+        child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
         self.started.append(child)
         return child
-
-    def python(self, code: str, env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
-        return self.start([sys.executable, "-c", code], env=env)
 
     def stop(self) -> None:
         for child in self.started:
@@ -35,6 +34,8 @@ class Tree:
             except OSError:
                 pass
             child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
 
 
 @pytest.fixture
@@ -54,6 +55,15 @@ def watch(pid: int, seconds: float, env: Optional[Mapping[str, str]] = None, eve
         if time.monotonic() >= deadline:
             return window
         time.sleep(every)
+
+
+def wait_for_line(child: subprocess.Popen, line: str) -> None:
+    """Read the child's output up to ``line`` (it reached the point the test samples)."""
+    assert child.stdout is not None
+    for got in child.stdout:
+        if got.strip() == line:
+            return
+    raise AssertionError(f"the child ended before printing {line!r}")
 
 
 def wait_for_children(pid: int, count: int, timeout: float = 60) -> None:

@@ -9,6 +9,9 @@ from typing import List
 
 from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
 from trainbox import evidence, proctree
+from trainbox.causes import Cause, classify
+
+FIXTURES = Path(__file__).parent / "fixtures" / "causes"
 
 SLEEPING_TREE = """
 import os, time
@@ -88,6 +91,7 @@ def test_real_compiler_is_recognised_and_its_cpu_counted(tree: Tree, tmp_path: P
     assert cc1.compiler and cc1.cpu_s > 0
     assert window.idle_for_s() == 0.0
     assert "% CPU" in progress[0] and f"pid {cc1.pid}" in progress[0]
+    assert classify(window, {}, child.pid).cause is Cause.KERNEL_COMPILE  # from the samples alone, no stacks
 
 
 GROWING_CACHE = """
@@ -146,3 +150,10 @@ def test_sample_cost_on_a_ten_process_tree(tree: Tree) -> None:  # noqa: F811
     median = sorted(costs)[len(costs) // 2]
     print(f"sampler cost per sample, 10-process tree: median {1000 * median:.2f} ms CPU, max {1000 * max(costs):.2f} ms")
     assert median < 0.2  # generous: the figure is for bench/, this only catches a sampler gone pathological
+
+
+def test_gpu_memory_per_process_from_either_tool() -> None:
+    """nvidia-smi's CSV and rocm-smi's KFD table (layout: tests/fixtures/causes/README.md)."""
+    assert evidence.nvidia_memory("4121, 2048\n4188, 16\n4121, 512\n") == {4121: 2560, 4188: 16}
+    table = (FIXTURES / "smi" / "rocm-smi-showpids.txt").read_text()
+    assert evidence.rocm_memory(table) == {4121: 2048, 4188: 0}

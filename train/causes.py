@@ -218,7 +218,7 @@ KERNEL_LOOKBACK_S = 300.0
 READ_FRAMES = re.compile(
     r"PIL/(Image|ImageFile|JpegImagePlugin|PngImagePlugin)\.py|numpy/lib/(npyio|format)\.py|torch/serialization\.py"
     rf"|ultralytics/data/(base|utils|dataset)\.py:{_QUALIFIED}(load_image|cache\w*|verify\w*)$"
-    rf"|:{_QUALIFIED}(read|readinto|readline|open|imread|load)$"
+    rf"|:{_QUALIFIED}(read|readinto|readline|read_bytes|read_text|open|imread|load|fromfile)$"
 )
 #: How deep in a stack (innermost first) a read frame counts: deeper, the thread has moved on to other work.
 READ_DEPTH = 4
@@ -375,10 +375,7 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
     if facts.demand.get(facts.main_pid, 0.0) >= BUSY_CORES:
         return None  # the main thread itself is working (loading in-process)
     workers = facts.workers()
-    working = [
-        w for w in workers if facts.demand.get(w.pid, 0.0) >= BUSY_CORES or facts.io.get(w.pid, 0.0) >= IDLE_IO_BYTES_PER_S
-    ]
-    if working:
+    if any(_working(facts, w.pid) for w in workers):
         return None  # workers compute or read: slow, not deadlocked
     evidence = [f"main thread in {frame.where}"]
     span = facts.window.span_s()
@@ -390,6 +387,19 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
     else:
         evidence.append(f"no worker processes; main process at {_pct(facts.cores.get(facts.main_pid, 0.0))}")
     return Diagnosis(Cause.LOADER_DEADLOCK, tuple(evidence))
+
+
+def _working(facts: _Facts, pid: int) -> bool:
+    """The process computes, does I/O, or sits in a file read whose data still trickles in."""
+    io = facts.io.get(pid, 0.0)
+    if facts.demand.get(pid, 0.0) >= BUSY_CORES or io >= IDLE_IO_BYTES_PER_S:
+        return True
+    return io > 0 and any(_read_frame(t) is not None for t in facts.stack_of(pid))
+
+
+def _read_frame(thread: ThreadStack) -> Optional[Frame]:
+    """A file read among the thread's innermost frames."""
+    return next((f for f in thread.frames[:READ_DEPTH] if READ_FRAMES.search(f.where)), None)
 
 
 def _worker_place(facts: _Facts, workers: Sequence[ProcSample]) -> str:
@@ -467,7 +477,7 @@ def _reading(facts: _Facts) -> Optional[Diagnosis]:
         if rate <= 0:
             continue
         for thread in threads:
-            frame = next((f for f in thread.frames[:READ_DEPTH] if READ_FRAMES.search(f.where)), None)
+            frame = _read_frame(thread)
             if frame is not None:
                 cores = _pct(facts.cores.get(pid, 0.0))
                 return Diagnosis(

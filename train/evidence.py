@@ -20,11 +20,18 @@ on: how long the whole tree has been idle (:meth:`Window.idle_for_s`), and
 whether a kernel compile is making progress (:meth:`Window.compile_progress`).
 :mod:`trainbox.causes` reads the same window, with stacks, to name the cause.
 
-Cost: one sample of a 10-process tree (the Python processes each with a few
-threads) with a 500-file cache costs (measured, see below) a few ms of CPU on this 2-core
-machine (tests/test_evidence.py prints the figure; bench/stalls.py reports it).
-Call :meth:`Sampler.sample` from the thread that owns the tree: it calls
-``tree.scan()`` to see new compiler processes.
+Cost (CPU time of the sampling thread, median of 50 samples; measured on the
+2-core development machine at a load of 7, Python 3.11): a 10-process tree costs
+2.8 ms with no kernel cache, 5.4 ms with a 500-file cache, 6.0 ms for a torch
+main process with 9 DataLoader workers (20 threads) and a 500-file cache, and
+14.6 ms when a cache holds more than the walk's cap (:data:`CACHE_WALK_LIMIT`).
+The cache walk costs about 4 us per entry and dominates; /proc costs about 0.25 ms
+per process. ``Sample.cost_s`` carries the figure for bench/. Samples are taken
+only while the child is silent, so a beating run pays nothing.
+
+Call :meth:`Sampler.sample` from the thread that scans the tree: it calls
+``tree.scan()`` to see new compiler processes, and runs nvidia-smi/rocm-smi as
+children of this process.
 """
 
 from __future__ import annotations
@@ -58,8 +65,8 @@ COMPILE_WORKER_MARK = "torch/_inductor/compile_worker"
 
 #: Kernel-cache variables, in the child's environment, that the sampler watches.
 CACHE_VARS = ("MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-#: Entries walked per cache directory and sample: bounds the walk to a few ms (about 2 us per entry
-#: for scandir plus stat). A bigger cache is reported as at least this many files (``capped``), and its
+#: Entries walked per cache directory and sample: bounds the walk to about 12 ms (4 us per entry for
+#: scandir plus stat, measured). A bigger cache is reported as at least this many files (``capped``), and its
 #: growth is still seen through the files walked first (directories are walked newest first).
 CACHE_WALK_LIMIT = 3000
 
@@ -91,7 +98,7 @@ class ProcSample:
 
     pid: int
     ppid: int
-    started: float  # create_time(): with pid, tells a recycled pid from the same process
+    started: float  # start, seconds after boot (/proc/PID/stat): with pid, tells a recycled pid from the same process
     name: str
     cmdline: str  # first 200 characters
     cpu_s: float  # user + system, all threads
@@ -129,6 +136,7 @@ class Sample:
     gpu: Optional[Dict[str, Any]]  # {"source", "memory_mib": {pid: MiB}, "utilisation_pct"} or {"error"}
     cost_s: float  # CPU time (this thread) the sample took
     wall: float = 0.0  # time.time() when taken: dates the sample against kernel messages; 0.0 when unknown
+    boot: float = 0.0  # seconds since boot when taken (the clock of ProcSample.started): ages processes
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -147,6 +155,7 @@ class Sample:
             gpu=data.get("gpu"),
             cost_s=data.get("cost_s", 0.0),
             wall=data.get("wall", 0.0),
+            boot=data.get("boot", 0.0),
         )
 
     def proc(self, key: Tuple[int, float]) -> Optional[ProcSample]:
@@ -337,14 +346,52 @@ def walk_cache(label: str, path: str, limit: int = CACHE_WALK_LIMIT) -> Optional
     return CacheSample(label, path, files, size, newest, capped=seen > limit or bool(pending))
 
 
-class _GpuPoller:
-    """nvidia-smi's per-process memory and the GPU's utilisation, at most every GPU_EVERY_S.
+#: ``rocm-smi --showpids`` rows: "PID  PROCESS NAME  GPU(s)  VRAM USED  SDMA USED  CU OCCUPANCY" (bytes; UNKNOWN
+#: where the driver does not say), tab- or space-separated.
+_ROCM_PID_ROW = re.compile(r"^(\d+)\s+(.*?)\s+(\d+)\s+(\d+|UNKNOWN|N/A)\s")
+_ROCM_USE = re.compile(r"GPU use \(%\)\s*:\s*(\d+)")
+_MIB = 2**20
 
-    Runs the tool synchronously (bounded by GPU_TIMEOUT_S) in the sampling thread: a tool run
+
+def nvidia_memory(text: str) -> Dict[int, int]:
+    """pid -> MiB from ``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits``."""
+    memory: Dict[int, int] = {}
+    for line in text.splitlines():
+        pid, _, used = line.partition(",")
+        if pid.strip().isdigit() and used.strip().isdigit():
+            memory[int(pid)] = memory.get(int(pid), 0) + int(used)
+    return memory
+
+
+def rocm_memory(text: str) -> Dict[int, int]:
+    """pid -> MiB of VRAM from ``rocm-smi --showpids`` (processes whose VRAM the driver does not report: 0)."""
+    memory: Dict[int, int] = {}
+    for line in text.splitlines():
+        row = _ROCM_PID_ROW.match(line.strip() + " ")
+        if row:
+            memory[int(row[1])] = int(row[4]) // _MIB if row[4].isdigit() else 0
+    return memory
+
+
+class _GpuPoller:
+    """The GPU memory of each process and the GPUs' utilisation, from nvidia-smi or rocm-smi, at most every GPU_EVERY_S.
+
+    Runs the tools synchronously (each bounded by GPU_TIMEOUT_S) in the sampling thread: a tool run
     from another thread would be a child of the supervisor, a subreaper, and could be mistaken
     for part of the training tree by a concurrent ``scan()``. A tool that does not answer is
     not asked again: the driver is likely hung, which the result says.
     """
+
+    #: (tool, per-process memory query, its parser, utilisation query, its pattern)
+    TOOLS = (
+        (
+            ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"),
+            nvidia_memory,
+            ("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"),
+            re.compile(r"^\s*(\d+)\s*$", re.MULTILINE),
+        ),
+        (("rocm-smi", "--showpids"), rocm_memory, ("rocm-smi", "--showuse"), _ROCM_USE),
+    )
 
     def __init__(self) -> None:
         self.last: Optional[Dict[str, Any]] = None
@@ -359,22 +406,17 @@ class _GpuPoller:
         return self.last
 
     def _query(self) -> Optional[Dict[str, Any]]:
-        apps = gpu_state.query(
-            ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"), GPU_TIMEOUT_S
-        )
-        if apps is None:
-            return None  # not installed
-        if not apps.ok:
-            self.given_up = "no answer" in apps.text
-            return {"source": "nvidia-smi", "error": apps.text}
-        memory: Dict[int, int] = {}
-        for line in apps.text.splitlines():
-            pid, _, used = line.partition(",")
-            if pid.strip().isdigit() and used.strip().isdigit():
-                memory[int(pid)] = int(used)
-        util = gpu_state.query(("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"), GPU_TIMEOUT_S)
-        pct = [int(v) for v in util.text.split() if v.isdigit()] if util is not None and util.ok else []
-        return {"source": "nvidia-smi", "memory_mib": memory, "utilisation_pct": pct}
+        for apps_argv, parse, use_argv, use_pattern in self.TOOLS:
+            apps = gpu_state.query(apps_argv, GPU_TIMEOUT_S)
+            if apps is None:
+                continue  # not installed
+            if not apps.ok:
+                self.given_up = apps.hung
+                return {"source": apps_argv[0], "error": apps.text}
+            use = gpu_state.query(use_argv, GPU_TIMEOUT_S)
+            pct = [int(v) for v in use_pattern.findall(use.text)] if use is not None and use.ok else []
+            return {"source": apps_argv[0], "memory_mib": parse(apps.text), "utilisation_pct": pct}
+        return None
 
 
 class Sampler:
@@ -397,7 +439,8 @@ class Sampler:
         if gpu and "memory_mib" in gpu:
             gpu = dict(gpu, memory_mib={pid: mib for pid, mib in gpu["memory_mib"].items() if pid in pids})
         cost = round(time.thread_time() - started, 4)
-        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=cost, wall=time.time())
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return Sample(ts=now, procs=procs, caches=caches, gpu=gpu, cost_s=cost, wall=time.time(), boot=boot)
 
 
 @dataclass
@@ -438,13 +481,22 @@ def interval(before: Sample, after: Sample) -> _Interval:
     return change
 
 
+def compiling(change: _Interval, after: Sample) -> List[ProcSample]:
+    """The compiler processes that used at least COMPILER_BUSY_CORES over the interval.
+
+    A compiler that waits is not compiling: Inductor keeps its pool of compile workers for the
+    process's whole life, idle between compiles.
+    """
+    return [p for p in after.procs if p.compiler and change.cpu_s.get(p.key, 0.0) / change.seconds >= COMPILER_BUSY_CORES]
+
+
 def is_idle(change: _Interval, after: Sample) -> bool:
-    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, ran no compiler."""
+    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing."""
     return (
         sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
         and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
         and not change.cache_growth
-        and not any(p.compiler for p in after.procs)
+        and not compiling(change, after)
     )
 
 
@@ -537,13 +589,9 @@ class Window:
         before, last = samples[-2], samples[-1]
         change = interval(before, last)
         lines = []
-        for proc in last.procs:
-            used = change.cpu_s.get(proc.key, 0.0)
-            if proc.compiler and used / change.seconds >= COMPILER_BUSY_CORES:
-                seen = next((s.ts for s in samples if s.proc(proc.key) is not None), last.ts)
-                lines.append(
-                    f"{proc.name} (pid {proc.pid}) running for {last.ts - seen:.0f} s, {100 * used / change.seconds:.0f} % CPU"
-                )
+        for proc in compiling(change, last):
+            cpu = 100 * change.cpu_s[proc.key] / change.seconds
+            lines.append(f"{proc.name} (pid {proc.pid}) running for {last.boot - proc.started:.0f} s, {cpu:.0f} % CPU")
         first_caches = {c.var: c for c in samples[0].caches}
         for cache in last.caches:
             grew_at = self._last_growth.get(cache.var)

@@ -131,11 +131,13 @@ def read(timeout: float = 10) -> GpuState:
 class ToolResult:
     ok: bool
     text: str  # stdout when ok, else one line saying why there is none
+    hung: bool  # it did not answer within its time (the driver may be hung)
 
 
 def query(argv: Sequence[str], timeout: float) -> Optional[ToolResult]:
     """Run one GPU tool with :func:`_run`'s timeout and clean-up; None when it is not installed."""
     if shutil.which(argv[0]) is None:
         return None
+    given_up_before = set(_abandoned)
     ok, text = _run(argv, timeout)
-    return ToolResult(ok, text)
+    return ToolResult(ok, text, hung=bool(_abandoned - given_up_before))
