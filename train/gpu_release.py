@@ -12,9 +12,9 @@ no torch.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-from trainbox import gpu_state
+from trainbox import evidence, gpu_state
 
 #: The longest wait: a driver that has not freed a dead context's memory in two minutes will not soon, and
 #: the retry (then FP32/native convolutions) is the better bet than waiting on.
@@ -24,23 +24,19 @@ POLL_S = 2.0
 #: The longest one look may take (a tool that hangs in the driver is given up on, see trainbox.gpu_state).
 TOOL_TIMEOUT_S = 5.0
 
-_NVIDIA = ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
-_ROCM = ("rocm-smi", "--showpids")
+#: The per-process memory queries, and the parsers trainbox.evidence reads them with.
+_TOOLS: Tuple[Tuple[Tuple[str, ...], Callable[[str], Dict[int, int]]], ...] = (
+    (("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"), evidence.nvidia_memory),
+    (("rocm-smi", "--showpids"), evidence.rocm_memory),
+)
 
 
 def memory_by_pid() -> Optional[Dict[int, int]]:
-    """MiB of GPU memory per pid from nvidia-smi (``pid, MiB`` rows) or rocm-smi (``PID NAME GPUS VRAM_BYTES ...``
-    rows); None when neither is installed or answers."""
-    for argv, column, scale in ((_NVIDIA, 1, 1), (_ROCM, 3, 1024 * 1024)):
+    """MiB of GPU memory per pid from nvidia-smi or rocm-smi; None when neither is installed or answers."""
+    for argv, parse in _TOOLS:
         done = gpu_state.query(argv, TOOL_TIMEOUT_S)
-        if done is None or not done.ok:
-            continue
-        memory: Dict[int, int] = {}
-        for line in done.text.splitlines():
-            fields = line.replace(",", " ").split()
-            if len(fields) > column and fields[0].isdigit() and fields[column].isdigit():
-                memory[int(fields[0])] = int(fields[column]) // scale
-        return memory
+        if done is not None and done.ok:
+            return parse(done.text)
     return None
 
 
