@@ -120,6 +120,8 @@ class SilenceWatch:
         self.window = evidence.Window()
         self._granted: Optional[float] = None
         self._next_sample = 0.0
+        #: The last compile progress seen, and when (a compile goes on between two compiler processes).
+        self._compiling: Tuple[Tuple[str, ...], float] = ((), 0.0)
         #: Set once this silence has been reported (observe mode): one incident per silence.
         self.reported = False
         #: This silence's diagnosis (``diagnose``), for the stall event.
@@ -130,6 +132,7 @@ class SilenceWatch:
         self.window.clear()
         self._granted = None
         self._next_sample = 0.0
+        self._compiling = ((), 0.0)
         self.reported = False
         self.fields = None
 
@@ -139,10 +142,19 @@ class SilenceWatch:
 
     def look(self, silent_s: float, budget: Budget) -> Call:
         now = time.monotonic()
+        interval = sampling_interval(budget.seconds)
         if now >= self._next_sample and sampling_due(silent_s, budget.seconds):
             self.window.add(self.sampler.sample())
-            self._next_sample = now + sampling_interval(budget.seconds)
-        look = Look(silent_s, budget, self.window.idle_for_s(), self.window.compile_progress())
+            self._next_sample = now + interval
+            progress = self.window.compile_progress()
+            if progress:
+                self._compiling = (progress, now)
+        # Progress within the last two samples still counts: a sample may fall between one compiler process and the
+        # next (or catch one a moment old, with hardly any CPU yet), which is no sign the compile has ended. (+ 0.5 s:
+        # the supervisor looks at most every half second, trainbox.supervisor.POLL_S.)
+        lines, seen = self._compiling
+        compiling = lines if now - seen <= 2 * interval + 0.5 else ()
+        look = Look(silent_s, budget, self.window.idle_for_s(), compiling)
         call = judge(look, self.budget_s(budget), self.limits)
         if call.action is Action.EXTEND:
             self._granted = call.budget_s
