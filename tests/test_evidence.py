@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import List
 
-from tests.sampling import Tree, tree, wait_for_children, watch  # noqa: F401 - tree is a fixture
+import pytest
+
+from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
 from trainbox import evidence, proctree
 from trainbox.causes import Cause, classify
 
@@ -94,14 +97,17 @@ def test_real_compiler_is_recognised_and_its_cpu_counted(tree: Tree, tmp_path: P
     assert classify(window, {}, child.pid).cause is Cause.KERNEL_COMPILE  # from the samples alone, no stacks
 
 
+#: An in-process compile (MIOpen through comgr, Inductor's own codegen): CPU work, then a kernel in the cache.
 GROWING_CACHE = """
-import os, sys, time
+import os, time
 cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
 for n in range(10_000):
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        pass
     os.makedirs(os.path.join(cache, f"k{n % 7}"), exist_ok=True)
     with open(os.path.join(cache, f"k{n % 7}", f"kernel{n}.so"), "wb") as handle:
         handle.write(b"x" * 4096)
-    time.sleep(0.3)
 """
 
 
@@ -114,6 +120,33 @@ def test_growing_inductor_cache_is_compile_progress(tree: Tree, tmp_path: Path) 
     assert window.idle_for_s() == 0.0
     cache = next(c for c in window.last.caches if c.var == "TORCHINDUCTOR_CACHE_DIR")  # type: ignore[union-attr]
     assert cache.path == env["TORCHINDUCTOR_CACHE_DIR"] and cache.files > 0 and cache.bytes == 4096 * cache.files
+
+
+def test_a_cache_grown_by_others_leaves_a_sleeping_tree_idle(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    """The default caches are shared: another program compiling into one is not this tree's compile."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "shared"))
+    child = tree.python("import time; print('ready', flush=True); time.sleep(600)")
+    wait_for_line(child, "ready")
+    stop = threading.Event()
+
+    def other_compiler() -> None:
+        for n in range(10_000):
+            if stop.wait(0.2):
+                return
+            (tmp_path / "shared").mkdir(exist_ok=True)
+            (tmp_path / "shared" / f"kernel{n}.so").write_bytes(b"x" * 4096)
+
+    writer = threading.Thread(target=other_compiler, daemon=True)  # a thread: not part of the child's tree
+    writer.start()
+    try:
+        window = watch(child.pid, 3, env=env)
+    finally:
+        stop.set()
+        writer.join()
+    shared = next(c for c in window.last.caches if c.var == "TORCHINDUCTOR_CACHE_DIR")  # type: ignore[union-attr]
+    assert shared.files > 5
+    assert window.compile_progress() == ()
+    assert window.idle_for_s() > 1.0
 
 
 def test_cache_defaults_follow_the_child_environment(tmp_path: Path) -> None:
@@ -157,3 +190,27 @@ def test_gpu_memory_per_process_from_either_tool() -> None:
     assert evidence.nvidia_memory("4121, 2048\n4188, 16\n4121, 512\n") == {4121: 2560, 4188: 16}
     table = (FIXTURES / "smi" / "rocm-smi-showpids.txt").read_text()
     assert evidence.rocm_memory(table) == {4121: 2048, 4188: 0}
+
+
+def stand_in_tool(directory: Path, name: str, script: str) -> None:
+    """A stand-in for a GPU tool this machine does not have (no GPU here): a shell script on PATH."""
+    tool = directory / name
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(0o755)
+
+
+def test_gpu_tools_are_asked_within_a_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(evidence, "GPU_TIMEOUT_S", 0.5)
+    stand_in_tool(tmp_path, "nvidia-smi", 'case "$1" in --query-compute-apps*) echo "4121, 2048";; *) echo 37;; esac\n')
+    assert evidence.gpu_memory_by_pid() == {4121: 2048}
+    poller = evidence._GpuPoller()
+    assert poller.poll(100.0) == {"source": "nvidia-smi", "memory_mib": {4121: 2048}, "utilisation_pct": [37]}
+
+    stand_in_tool(tmp_path, "nvidia-smi", "exec sleep 30\n")  # a driver that no longer answers
+    started = time.monotonic()
+    assert evidence.gpu_memory_by_pid(timeout=0.5) is None
+    hung = evidence._GpuPoller()
+    assert "no answer within 0.5 s" in hung.poll(100.0)["error"]  # type: ignore[index]
+    assert hung.poll(200.0) == hung.poll(300.0) and hung.given_up  # not asked again
+    assert time.monotonic() - started < 10

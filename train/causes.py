@@ -1,9 +1,11 @@
 """Why a child is silent: one :class:`Cause` and the evidence that decided it.
 
-:func:`classify` is pure: it reads a :class:`trainbox.evidence.Window` (what the
-tree did while silent), the stacks the incident collected (py-spy dump text or a
-faulthandler dump, :func:`trainbox.incident.collect_stacks`) and the kernel's GPU
-messages (:func:`trainbox.gpu_state.read`). The rules, first match wins:
+:func:`classify` works from what it is given: a :class:`trainbox.evidence.Window`
+(what the tree did while silent), the stacks the incident collected (py-spy dump
+text or a faulthandler dump, :func:`trainbox.incident.collect_stacks`) and the
+kernel's GPU messages (:func:`trainbox.gpu_state.read`). The one thing it reads
+itself is a stack frame's source line, where the file is at hand (rule 6). The
+rules, first match wins:
 
 1. ``kernel_compile``: a compile is making progress now (a compiler process using
    CPU, a kernel cache growing: :meth:`Window.compile_progress`).
@@ -173,6 +175,8 @@ LOADER_FRAMES = re.compile(
     r"|torch/utils/data/_utils/pin_memory\.py"
     r"|ultralytics/data/"
 )
+#: The name torch's DataLoader gives its worker processes (``_worker_loop`` sets it, fork or spawn).
+DATALOADER_WORKER = "pt_data_worker"
 #: Innermost frames that mean "waiting for another process or thread".
 WAIT_FRAMES = re.compile(
     rf"multiprocessing/(queues|connection|synchronize|popen_\w+)\.py|queue\.py:{_QUALIFIED}get$"
@@ -180,12 +184,13 @@ WAIT_FRAMES = re.compile(
     r"|selectors\.py:select|socket\.py"
 )
 #: Known compile frames: Inductor's compilation (not its runtime), Triton's compiler, Dynamo's frame
-#: conversion, C++ extension builds, MIOpen (in a native frame name or a thread's wchan).
+#: conversion, C++ extension builds, cuDNN/MIOpen set-up (on ROCm torch.backends.cudnn fronts MIOpen),
+#: and MIOpen or comgr by name (frames of a ``py-spy --native`` dump).
 COMPILE_FRAMES = re.compile(
     r"torch/_inductor/(compile_fx|codecache|async_compile|graph|scheduler|lowering|select_algorithm"
     r"|autotune_process|compile_worker/)"
     r"|torch/_dynamo/(convert_frame|symbolic_convert)\.py"
-    r"|triton/compiler/|triton/runtime/build\.py|torch/utils/cpp_extension\.py"
+    r"|triton/compiler/|triton/runtime/build\.py|torch/utils/cpp_extension\.py|torch/backends/cudnn/"
     r"|miopen|comgr",
     re.IGNORECASE,
 )
@@ -246,7 +251,12 @@ class _Facts:
         return main_thread(self.stack_of(self.main_pid), self.main_pid)
 
     def workers(self) -> List[ProcSample]:
-        return [p for p in self.last.values() if p.ppid == self.main_pid and not p.compiler]
+        """DataLoader workers: torch names them ``pt_data_worker`` (any start method); else the main's children."""
+        return [
+            p
+            for p in self.last.values()
+            if p.pid != self.main_pid and not p.compiler and (p.name == DATALOADER_WORKER or p.ppid == self.main_pid)
+        ]
 
     def cwd(self) -> Optional[str]:
         try:
@@ -372,8 +382,8 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
     frame = _first_match(main, LOADER_FRAMES) if main else None
     if main is None or frame is None:
         return None
-    if facts.demand.get(facts.main_pid, 0.0) >= BUSY_CORES:
-        return None  # the main thread itself is working (loading in-process)
+    if _working(facts, facts.main_pid):
+        return None  # the main process loads in-process (no workers), and still computes or reads
     workers = facts.workers()
     if any(_working(facts, w.pid) for w in workers):
         return None  # workers compute or read: slow, not deadlocked

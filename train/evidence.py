@@ -42,7 +42,7 @@ import re
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox import gpu_state, proctree
 
@@ -373,25 +373,50 @@ def rocm_memory(text: str) -> Dict[int, int]:
     return memory
 
 
+@dataclass(frozen=True)
+class _GpuTool:
+    memory_argv: Tuple[str, ...]  # per-process memory
+    parse_memory: Callable[[str], Dict[int, int]]
+    use_argv: Tuple[str, ...]  # utilisation of each GPU
+    use_pattern: re.Pattern[str]
+
+
+GPU_TOOLS = (
+    _GpuTool(
+        ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"),
+        nvidia_memory,
+        ("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"),
+        re.compile(r"^\s*(\d+)\s*$", re.MULTILINE),
+    ),
+    _GpuTool(("rocm-smi", "--showpids"), rocm_memory, ("rocm-smi", "--showuse"), _ROCM_USE),
+)
+
+
+def _ask_memory(timeout: float) -> Optional[Tuple[_GpuTool, gpu_state.ToolResult]]:
+    """The first installed tool and its answer to the per-process memory query; None when none is installed."""
+    for tool in GPU_TOOLS:
+        answer = gpu_state.query(tool.memory_argv, timeout)
+        if answer is not None:
+            return tool, answer
+    return None
+
+
+def gpu_memory_by_pid(timeout: float = GPU_TIMEOUT_S) -> Optional[Dict[int, int]]:
+    """MiB of GPU memory per pid (nvidia-smi, else rocm-smi); None when no tool is installed or it does not answer."""
+    asked = _ask_memory(timeout)
+    if asked is None or not asked[1].ok:
+        return None
+    return asked[0].parse_memory(asked[1].text)
+
+
 class _GpuPoller:
-    """The GPU memory of each process and the GPUs' utilisation, from nvidia-smi or rocm-smi, at most every GPU_EVERY_S.
+    """The GPU memory of each process and the GPUs' utilisation, at most every GPU_EVERY_S.
 
     Runs the tools synchronously (each bounded by GPU_TIMEOUT_S) in the sampling thread: a tool run
     from another thread would be a child of the supervisor, a subreaper, and could be mistaken
     for part of the training tree by a concurrent ``scan()``. A tool that does not answer is
     not asked again: the driver is likely hung, which the result says.
     """
-
-    #: (tool, per-process memory query, its parser, utilisation query, its pattern)
-    TOOLS = (
-        (
-            ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"),
-            nvidia_memory,
-            ("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"),
-            re.compile(r"^\s*(\d+)\s*$", re.MULTILINE),
-        ),
-        (("rocm-smi", "--showpids"), rocm_memory, ("rocm-smi", "--showuse"), _ROCM_USE),
-    )
 
     def __init__(self) -> None:
         self.last: Optional[Dict[str, Any]] = None
@@ -406,17 +431,17 @@ class _GpuPoller:
         return self.last
 
     def _query(self) -> Optional[Dict[str, Any]]:
-        for apps_argv, parse, use_argv, use_pattern in self.TOOLS:
-            apps = gpu_state.query(apps_argv, GPU_TIMEOUT_S)
-            if apps is None:
-                continue  # not installed
-            if not apps.ok:
-                self.given_up = apps.hung
-                return {"source": apps_argv[0], "error": apps.text}
-            use = gpu_state.query(use_argv, GPU_TIMEOUT_S)
-            pct = [int(v) for v in use_pattern.findall(use.text)] if use is not None and use.ok else []
-            return {"source": apps_argv[0], "memory_mib": parse(apps.text), "utilisation_pct": pct}
-        return None
+        asked = _ask_memory(GPU_TIMEOUT_S)
+        if asked is None:
+            return None
+        tool, answer = asked
+        source = tool.memory_argv[0]
+        if not answer.ok:
+            self.given_up = answer.hung
+            return {"source": source, "error": answer.text}
+        use = gpu_state.query(tool.use_argv, GPU_TIMEOUT_S)
+        pct = [int(v) for v in tool.use_pattern.findall(use.text)] if use is not None and use.ok else []
+        return {"source": source, "memory_mib": tool.parse_memory(answer.text), "utilisation_pct": pct}
 
 
 class Sampler:
@@ -458,6 +483,7 @@ def interval(before: Sample, after: Sample) -> _Interval:
     """CPU used per process, I/O and cache growth from ``before`` to ``after``.
 
     A process new in ``after`` counts with all its CPU time and I/O (it started within the interval).
+    Cache growth counts only when the tree used at least IDLE_CPU_CORES.
     """
     change = _Interval(seconds=max(after.ts - before.ts, 1e-6))
     for proc in after.procs:
@@ -470,14 +496,18 @@ def interval(before: Sample, after: Sample) -> _Interval:
         if proc.io_chars is not None:
             base = old.io_chars if old is not None and old.io_chars is not None else 0
             change.io[proc.key] = max(0, proc.io_chars - base)
+    # A cache grows on this tree's account only while the tree uses CPU: the default caches
+    # (/tmp/torchinductor_<user>, ~/.cache/miopen) are shared with every other compile on the machine,
+    # while a compile of ours burns CPU in the tree (in-process through comgr or Inductor, or in a compiler).
+    tree_floor = IDLE_CPU_CORES * change.seconds
     earlier = {c.var: c for c in before.caches}
     for cache in after.caches:
         old_cache = earlier.get(cache.var)
         if old_cache is None:  # the directory appeared within the interval
             old_cache = CacheSample(cache.var, cache.path, 0, 0, 0.0, capped=False)
         files, size = cache.files - old_cache.files, cache.bytes - old_cache.bytes
-        if files > 0 or size > 0 or cache.newest > old_cache.newest:
-            change.cache_growth[cache.var] = (files, size)
+        if (files > 0 or size > 0 or cache.newest > old_cache.newest) and sum(change.cpu_s.values()) >= tree_floor:
+            change.cache_growth[cache.var] = (max(files, 0), max(size, 0))
     return change
 
 
@@ -512,6 +542,7 @@ class Window:
         self.recent: Deque[Sample] = deque(maxlen=WINDOW_KEEP)
         self._idle_since: Optional[float] = None
         self._last_growth: Dict[str, float] = {}  # cache var -> ts of the last sample that saw it grow
+        self._grown: Dict[str, Tuple[int, int]] = {}  # cache var -> (files, bytes) the tree added
 
     def add(self, sample: Sample) -> None:
         previous = self.recent[-1] if self.recent else None
@@ -521,8 +552,10 @@ class Window:
         if previous is None:
             return
         change = interval(previous, sample)
-        for var in change.cache_growth:
+        for var, (files, size) in change.cache_growth.items():
             self._last_growth[var] = sample.ts
+            grown = self._grown.get(var, (0, 0))
+            self._grown[var] = (grown[0] + files, grown[1] + size)
         if is_idle(change, sample):
             if self._idle_since is None:
                 self._idle_since = previous.ts
@@ -581,7 +614,7 @@ class Window:
         """Evidence lines when a compile made progress lately; () when none.
 
         Progress is a compiler process that used CPU in the last interval, or a kernel cache
-        that grew within the last :data:`CACHE_PROGRESS_S`.
+        that grew, while the tree used CPU, within the last :data:`CACHE_PROGRESS_S`.
         """
         samples = self.samples
         if len(samples) < 2:
@@ -592,18 +625,11 @@ class Window:
         for proc in compiling(change, last):
             cpu = 100 * change.cpu_s[proc.key] / change.seconds
             lines.append(f"{proc.name} (pid {proc.pid}) running for {last.boot - proc.started:.0f} s, {cpu:.0f} % CPU")
-        first_caches = {c.var: c for c in samples[0].caches}
-        for cache in last.caches:
-            grew_at = self._last_growth.get(cache.var)
-            if grew_at is None or last.ts - grew_at > CACHE_PROGRESS_S:
-                continue
-            base = first_caches.get(cache.var)
-            files = cache.files - (base.files if base else 0)
-            size = cache.bytes - (base.bytes if base else 0)
-            lines.append(
-                f"{cache.var.replace(' (default)', '')} grew by {files} files ({size / 1024:.0f} KiB) "
-                f"in {last.ts - samples[0].ts:.0f} s"
-            )
+        for var, grew_at in self._last_growth.items():
+            if last.ts - grew_at <= CACHE_PROGRESS_S:
+                files, size = self._grown[var]
+                shown = var.replace(" (default)", "")
+                lines.append(f"{shown} grew by {files} files ({size / 1024:.0f} KiB) in {self.span_s():.0f} s")
         return tuple(lines)
 
     def to_json(self) -> List[Dict[str, Any]]:
