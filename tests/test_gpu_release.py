@@ -10,7 +10,7 @@ from typing import Callable, List
 
 import pytest
 
-from trainbox import gpu_release
+from trainbox import evidence, gpu_release
 
 
 def tool(bin_dir: Path, name: str, script: str) -> None:
@@ -55,7 +55,7 @@ def test_waits_until_the_killed_pids_hold_no_memory(bin_dir: Path, tmp_path: Pat
 
     assert result["gpu_release"] == "released"
     assert slept == [gpu_release.POLL_S, gpu_release.POLL_S]
-    assert gpu_release.memory_by_pid() == {77: 900}
+    assert evidence.gpu_memory_by_pid() == {77: 900}
 
 
 def test_gives_up_after_its_limit_and_says_what_is_held(bin_dir: Path) -> None:
@@ -69,7 +69,7 @@ def test_gives_up_after_its_limit_and_says_what_is_held(bin_dir: Path) -> None:
 
 
 def test_without_a_gpu_tool_there_is_nothing_to_wait_for(bin_dir: Path) -> None:
-    assert gpu_release.memory_by_pid() is None
+    assert evidence.gpu_memory_by_pid() is None
     assert gpu_release.wait([os.getpid()], no_sleep([]))["gpu_release"] == "no GPU tool answered: nothing to wait for"
 
 

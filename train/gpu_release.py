@@ -12,37 +12,20 @@ no torch.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional
 
-from trainbox import evidence, gpu_state
+from trainbox import evidence
 
 #: The longest wait: a driver that has not freed a dead context's memory in two minutes will not soon, and
 #: the retry (then FP32/native convolutions) is the better bet than waiting on.
 RELEASE_WAIT_S = 120.0
 #: Between two looks: each one runs an SMI tool (tens of milliseconds).
 POLL_S = 2.0
-#: The longest one look may take (a tool that hangs in the driver is given up on, see trainbox.gpu_state).
-TOOL_TIMEOUT_S = 5.0
-
-#: The per-process memory queries, and the parsers trainbox.evidence reads them with.
-_TOOLS: Tuple[Tuple[Tuple[str, ...], Callable[[str], Dict[int, int]]], ...] = (
-    (("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"), evidence.nvidia_memory),
-    (("rocm-smi", "--showpids"), evidence.rocm_memory),
-)
-
-
-def memory_by_pid() -> Optional[Dict[int, int]]:
-    """MiB of GPU memory per pid from nvidia-smi or rocm-smi; None when neither is installed or answers."""
-    for argv, parse in _TOOLS:
-        done = gpu_state.query(argv, TOOL_TIMEOUT_S)
-        if done is not None and done.ok:
-            return parse(done.text)
-    return None
 
 
 def held_mib(pids: Iterable[int]) -> Optional[int]:
     """MiB of GPU memory ``pids`` hold, or None when no GPU tool answers (nothing to wait for then)."""
-    memory = memory_by_pid()
+    memory = evidence.gpu_memory_by_pid()
     if memory is None:
         return None
     wanted = set(pids)
