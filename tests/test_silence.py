@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List, Sequence, Tuple
 
 from trainbox.budgets import Budget
-from trainbox.silence import Action, Call, Limits, Look, Rule, judge, sampling_due, sampling_interval
+from trainbox.silence import Action, Call, Limits, Look, Rule, judge, sampling_due, sampling_interval, stall_line
 
 STARTUP = Budget("startup", 900.0)
 LIMITS = Limits(idle_timeout_s=120.0, compile_cap_s=7200.0)
@@ -87,3 +87,13 @@ def test_sampling_starts_past_one_interval_or_half_a_short_budget() -> None:
     assert sampling_due(2.5, 900.0)
     assert sampling_due(1.0, 2.0), "a 2 s budget is sampled from 1 s on, so a compile is seen before it runs out"
     assert sampling_interval(900.0) == 2.0 and sampling_interval(4.0) == 1.0, "two samples before a short budget ends"
+
+
+def test_the_console_line_says_which_rule_called_the_stall() -> None:
+    for rule, words in (
+        (Rule.BUDGET, "silent 123.4 s > startup budget 900.0 s in phase 'setup'"),
+        (Rule.IDLE, "silent 123.4 s with the whole tree idle for --idle-timeout 120 s (within its startup budget)"),
+        (Rule.COMPILE_CAP, "silent 123.4 s and still compiling at --compile-cap 7200 s"),
+    ):
+        line = stall_line(3, 123.4, STARTUP, Call(Action.STALL, 900.0, rule), LIMITS, "setup")
+        assert line.startswith("attempt 3 stalled: ") and words in line, line

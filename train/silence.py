@@ -184,11 +184,11 @@ def extension(budget: Budget, call: Call, silent_s: float) -> Dict[str, Any]:
     }
 
 
-def stall_line(attempt: int, silent_s: float, budget: Budget, call: Call, phase: Optional[str]) -> str:
+def stall_line(attempt: int, silent_s: float, budget: Budget, call: Call, limits: Limits, phase: Optional[str]) -> str:
     """The console line that announces a stall (before the cause is known)."""
     why = {
-        Rule.IDLE: f"idle past --idle-timeout (budget {budget.name} {call.budget_s:.1f} s)",
-        Rule.COMPILE_CAP: "a compile ran past --compile-cap",
-        Rule.BUDGET: f"{budget.name} budget {call.budget_s:.1f} s",
+        Rule.IDLE: f"with the whole tree idle for --idle-timeout {limits.idle_timeout_s:g} s (within its {budget.name} budget)",
+        Rule.COMPILE_CAP: f"and still compiling at --compile-cap {limits.compile_cap_s:g} s",
+        Rule.BUDGET: f"> {budget.name} budget {call.budget_s:.1f} s",
     }[call.rule or Rule.BUDGET]
-    return f"attempt {attempt} stalled: silent {silent_s:.1f} s > " + why + (f" in phase {phase!r}" if phase else "")
+    return f"attempt {attempt} stalled: silent {silent_s:.1f} s {why}" + (f" in phase {phase!r}" if phase else "")

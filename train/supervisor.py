@@ -456,7 +456,7 @@ class Supervisor:
         """Announce a stall and write its incident report; the ``stall`` event's fields so far."""
         attempt, launch = run.attempt, run.launch
         phase = (outcome.last_beat or {}).get("phase")
-        say(stall_line(attempt, silent_s, budget, call, phase) + "; writing incident report")
+        say(stall_line(attempt, silent_s, budget, call, run.watch.limits, phase) + "; writing incident report")
         reason = {
             "attempt": attempt,
             "profile": launch.profile,
