@@ -61,8 +61,9 @@ class Progress:
             return None
         last = stalls[-1]
         evidence = last.get("evidence") or ["no evidence"]
+        first = evidence if isinstance(evidence, str) else evidence[0]
         observed = ", reported only (--on-stall report)" if last.get("action") == "report" else ""
-        return f"attempt {last.get('attempt', '?')}: {last['cause']} ({evidence[0]}){observed}"
+        return f"attempt {last.get('attempt', '?')}: {last['cause']} ({first}){observed}"
 
 
 def _json(path: Path) -> Dict[str, Any]:
