@@ -28,14 +28,16 @@ def stacks_of(pids: list) -> Dict[int, str]:
 def test_python_spin_is_busy_python(tree: Tree) -> None:  # noqa: F811
     child = tree.python("import trainbox.faults as f; f.hang_spin()")
     window = watch(child.pid, 3)
+    assert window.idle_for_s() == 0.0 and window.demand_cores()[child.pid] > 0.8, window.demand_cores()
     diagnosis = classify(window, stacks_of([child.pid]), child.pid)
     assert diagnosis.cause is Cause.BUSY_PYTHON, diagnosis
     assert "hang_spin" in diagnosis.evidence[0]
 
 
 def test_lock_deadlock_is_idle(tree: Tree) -> None:  # noqa: F811
-    child = tree.python("import time; time.sleep(1.5); import trainbox.faults as f; f.hang_lock_deadlock()")
-    window = watch(child.pid, 5)
+    child = tree.python("import trainbox.faults as f; print('ready', flush=True); f.hang_lock_deadlock()")
+    wait_for_line(child, "ready")
+    window = watch(child.pid, 4)
     diagnosis = classify(window, stacks_of([child.pid]), child.pid)
     assert diagnosis.cause is Cause.IDLE, diagnosis
     assert diagnosis.evidence[0].startswith("whole tree idle for")

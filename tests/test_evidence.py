@@ -50,14 +50,6 @@ def test_sleeping_tree_is_idle_and_idleness_grows(tree: Tree) -> None:  # noqa: 
     assert window.idle_for_s() == 0.0 and window.samples == []
 
 
-def test_python_spin_is_busy_not_idle(tree: Tree) -> None:  # noqa: F811
-    child = tree.python("import trainbox.faults as f; f.hang_spin()")
-    window = watch(child.pid, 3)
-    assert window.idle_for_s() == 0.0
-    demand = window.demand_cores()
-    assert demand[child.pid] > 0.8, demand
-
-
 def test_to_json_holds_every_sample(tree: Tree) -> None:  # noqa: F811
     child = tree.python("import time; time.sleep(600)")
     window = watch(child.pid, 1)
