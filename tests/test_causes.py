@@ -242,3 +242,9 @@ def test_kernel_messages_are_dated_in_each_log_format() -> None:
     older = f"[{minute_ago - boot - 3600:12.6f}] amdgpu: GPU reset begin!"
     killed = f"[{minute_ago - boot:12.6f}] NVRM: Xid (PCI:0000:65:00): 45, pid=7, name=python3, Ch 00000010"
     assert gpu_resets("\n".join([*lines, older, killed]), since=now - 120) == [line.strip() for line in lines]
+
+
+def test_nothing_to_go_on_is_unknown() -> None:
+    """A stall judged before the first sample, with py-spy and faulthandler both failing."""
+    diagnosis = classify(Window(), {}, os.getpid())
+    assert diagnosis.to_dict() == {"cause": "unknown", "evidence": ["no rule matched: no samples of the tree"]}

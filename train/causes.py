@@ -394,7 +394,7 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
         cores = max(facts.cores.get(w.pid, 0.0) for w in workers)
         where = _worker_place(facts, workers)
         evidence.append(f"workers {shown}: {_pct(cores)} for {span:.0f} s" + (f", blocked in {where}" if where else ""))
-    else:
+    elif facts.last:
         evidence.append(f"no worker processes; main process at {_pct(facts.cores.get(facts.main_pid, 0.0))}")
     return Diagnosis(Cause.LOADER_DEADLOCK, tuple(evidence))
 
@@ -530,4 +530,15 @@ def classify(window: Window, stacks: Mapping[int, str], main_pid: int, kernel_te
         found = rule(facts)
         if found is not None:
             return found
-    return Diagnosis(Cause.UNKNOWN, ("no rule matched",))
+    return Diagnosis(Cause.UNKNOWN, _unknown(facts))
+
+
+def _unknown(facts: _Facts) -> Tuple[str, ...]:
+    """What was seen, when no rule fits it."""
+    if not facts.window.samples:
+        seen = "no samples of the tree"
+    else:
+        seen = f"tree at {_pct(sum(facts.cores.values()))} over {facts.window.span_s():.0f} s"
+    main = facts.main()
+    frame = _user_frame(main) if main else None
+    return (f"no rule matched: {seen}",) + ((f"main thread in {frame.where}",) if frame else ())
