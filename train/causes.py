@@ -157,6 +157,7 @@ def _source(frame: Frame, cwd: Optional[str]) -> str:
     """The source line a frame is at, when its file can be found here ('' otherwise)."""
     candidates = [frame.file] if os.path.isabs(frame.file) else ([os.path.join(cwd, frame.file)] if cwd else [])
     for path in candidates:
+        linecache.checkcache(path)  # the file may have changed since an earlier attempt's stall
         text = linecache.getline(path, frame.line).strip()
         if text:
             return text
