@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import List
 
+import psutil
 import pytest
 
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
@@ -28,6 +29,8 @@ time.sleep(600)
 def test_sleeping_tree_is_idle_and_idleness_grows(tree: Tree) -> None:  # noqa: F811
     child = tree.python(SLEEPING_TREE)
     wait_for_children(child.pid, 3)
+    root = psutil.Process(child.pid)  # the fast /proc/PID/task/*/children walk finds what psutil finds
+    assert {p.pid for p in proctree.descendants(root)} == {p.pid for p in root.children(recursive=True)}
     sampler = evidence.Sampler(proctree.ProcessTree(child.pid), os.environ)
     window = evidence.Window()
     window.add(sampler.sample())
