@@ -28,14 +28,16 @@ def stacks_of(pids: list) -> Dict[int, str]:
 def test_python_spin_is_busy_python(tree: Tree) -> None:  # noqa: F811
     child = tree.python("import trainbox.faults as f; f.hang_spin()")
     window = watch(child.pid, 3)
+    assert window.idle_for_s() == 0.0 and window.demand_cores()[child.pid] > 0.8, window.demand_cores()
     diagnosis = classify(window, stacks_of([child.pid]), child.pid)
     assert diagnosis.cause is Cause.BUSY_PYTHON, diagnosis
     assert "hang_spin" in diagnosis.evidence[0]
 
 
 def test_lock_deadlock_is_idle(tree: Tree) -> None:  # noqa: F811
-    child = tree.python("import time; time.sleep(1.5); import trainbox.faults as f; f.hang_lock_deadlock()")
-    window = watch(child.pid, 5)
+    child = tree.python("import trainbox.faults as f; print('ready', flush=True); f.hang_lock_deadlock()")
+    wait_for_line(child, "ready")
+    window = watch(child.pid, 4)
     diagnosis = classify(window, stacks_of([child.pid]), child.pid)
     assert diagnosis.cause is Cause.IDLE, diagnosis
     assert diagnosis.evidence[0].startswith("whole tree idle for")
@@ -240,3 +242,9 @@ def test_kernel_messages_are_dated_in_each_log_format() -> None:
     older = f"[{minute_ago - boot - 3600:12.6f}] amdgpu: GPU reset begin!"
     killed = f"[{minute_ago - boot:12.6f}] NVRM: Xid (PCI:0000:65:00): 45, pid=7, name=python3, Ch 00000010"
     assert gpu_resets("\n".join([*lines, older, killed]), since=now - 120) == [line.strip() for line in lines]
+
+
+def test_nothing_to_go_on_is_unknown() -> None:
+    """A stall judged before the first sample, with py-spy and faulthandler both failing."""
+    diagnosis = classify(Window(), {}, os.getpid())
+    assert diagnosis.to_dict() == {"cause": "unknown", "evidence": ["no rule matched: no samples of the tree"]}

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import List
 
+import psutil
 import pytest
 
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
@@ -28,6 +29,8 @@ time.sleep(600)
 def test_sleeping_tree_is_idle_and_idleness_grows(tree: Tree) -> None:  # noqa: F811
     child = tree.python(SLEEPING_TREE)
     wait_for_children(child.pid, 3)
+    root = psutil.Process(child.pid)  # the fast /proc/PID/task/*/children walk finds what psutil finds
+    assert {p.pid for p in proctree.descendants(root)} == {p.pid for p in root.children(recursive=True)}
     sampler = evidence.Sampler(proctree.ProcessTree(child.pid), os.environ)
     window = evidence.Window()
     window.add(sampler.sample())
@@ -48,14 +51,6 @@ def test_sleeping_tree_is_idle_and_idleness_grows(tree: Tree) -> None:  # noqa: 
     assert window.compile_progress() == ()
     window.clear()
     assert window.idle_for_s() == 0.0 and window.samples == []
-
-
-def test_python_spin_is_busy_not_idle(tree: Tree) -> None:  # noqa: F811
-    child = tree.python("import trainbox.faults as f; f.hang_spin()")
-    window = watch(child.pid, 3)
-    assert window.idle_for_s() == 0.0
-    demand = window.demand_cores()
-    assert demand[child.pid] > 0.8, demand
 
 
 def test_to_json_holds_every_sample(tree: Tree) -> None:  # noqa: F811
@@ -87,13 +82,14 @@ def test_real_compiler_is_recognised_and_its_cpu_counted(tree: Tree, tmp_path: P
     deadline = time.monotonic() + 60
     while not progress and time.monotonic() < deadline:
         window.add(sampler.sample())
-        progress = [line for line in window.compile_progress() if line.startswith("cc1 ")]
+        progress = [line for line in window.compile_progress() if " running for " in line]
         time.sleep(0.5)
     assert progress, [p.name for p in window.last.procs]  # type: ignore[union-attr]
-    cc1 = next(p for p in window.last.procs if p.name == "cc1")  # type: ignore[union-attr]
-    assert cc1.compiler and cc1.cpu_s > 0
+    # gcc's driver runs cc1 (clang compiles in its own process): the busy one is named.
+    busy = next(p for p in window.last.procs if progress[0].startswith(f"{p.name} (pid {p.pid}) "))  # type: ignore[union-attr]
+    assert busy.name in ("cc1", "clang") and busy.compiler and busy.cpu_s > 0, busy
     assert window.idle_for_s() == 0.0
-    assert "% CPU" in progress[0] and f"pid {cc1.pid}" in progress[0]
+    assert progress[0].endswith("% CPU")
     assert classify(window, {}, child.pid).cause is Cause.KERNEL_COMPILE  # from the samples alone, no stacks
 
 

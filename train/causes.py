@@ -24,8 +24,10 @@ rules, first match wins:
    ``+gil`` (or a top frame outside torch/numpy) says Python, else native code.
 8. ``io_wait``: a thread reading (dataset frames: PIL, Ultralytics' ``load_image``, ``read``)
    in a process whose reads still trickle in.
-9. ``idle``: the whole tree is idle.
-10. ``unknown``.
+9. ``gpu_wait``: the tree is idle but holds GPU memory on a GPU at full utilisation in every
+   reading (nvidia-smi/rocm-smi): a kernel that does not end.
+10. ``idle``: the whole tree is idle.
+11. ``unknown``.
 
 Every rule that fires says why in a few short strings, most decisive first.
 """
@@ -51,6 +53,8 @@ BUSY_CORES = 0.8
 D_STATE_SHARE = 0.5
 #: How many of the last samples the D-state rule looks at.
 D_STATE_SAMPLES = 5
+#: A GPU this busy in every reading of an idle tree's silence is running a kernel that does not end.
+GPU_BUSY_PCT = 90
 
 
 class Cause(str, Enum):
@@ -157,6 +161,7 @@ def _source(frame: Frame, cwd: Optional[str]) -> str:
     """The source line a frame is at, when its file can be found here ('' otherwise)."""
     candidates = [frame.file] if os.path.isabs(frame.file) else ([os.path.join(cwd, frame.file)] if cwd else [])
     for path in candidates:
+        linecache.checkcache(path)  # the file may have changed since an earlier attempt's stall
         text = linecache.getline(path, frame.line).strip()
         if text:
             return text
@@ -394,7 +399,7 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
         cores = max(facts.cores.get(w.pid, 0.0) for w in workers)
         where = _worker_place(facts, workers)
         evidence.append(f"workers {shown}: {_pct(cores)} for {span:.0f} s" + (f", blocked in {where}" if where else ""))
-    else:
+    elif facts.last:
         evidence.append(f"no worker processes; main process at {_pct(facts.cores.get(facts.main_pid, 0.0))}")
     return Diagnosis(Cause.LOADER_DEADLOCK, tuple(evidence))
 
@@ -496,11 +501,35 @@ def _reading(facts: _Facts) -> Optional[Diagnosis]:
     return None
 
 
+def _gpu_busy_while_idle(facts: _Facts) -> Optional[Diagnosis]:
+    """The tree waits at no CPU while its GPU stays fully busy: a kernel that does not finish."""
+    if not _tree_idle(facts):
+        return None
+    readings = [s.gpu for s in facts.window.samples if s.gpu and s.gpu.get("utilisation_pct")]
+    if not readings or not all(max(r["utilisation_pct"]) >= GPU_BUSY_PCT for r in readings):
+        return None
+    held = {int(pid): mib for pid, mib in readings[-1].get("memory_mib", {}).items() if mib}
+    if not held:
+        return None  # the busy GPU is someone else's
+    shown = ", ".join(f"pid {pid} holds {mib} MiB" for pid, mib in sorted(held.items()))
+    return Diagnosis(
+        Cause.GPU_WAIT,
+        (
+            f"GPU at {max(readings[-1]['utilisation_pct'])} % utilisation in all {len(readings)} readings while the tree is idle",
+            shown,
+        ),
+    )
+
+
+def _tree_idle(facts: _Facts) -> bool:
+    return facts.window.idle_for_s() > 0 or bool(facts.cores and sum(facts.cores.values()) < IDLE_CPU_CORES)
+
+
 def _idle(facts: _Facts) -> Optional[Diagnosis]:
+    if not _tree_idle(facts):
+        return None
     idle_s = facts.window.idle_for_s()
     total = sum(facts.cores.values())
-    if idle_s <= 0 and not (facts.cores and total < IDLE_CPU_CORES):
-        return None
     span = idle_s if idle_s > 0 else facts.window.span_s()
     evidence = [f"whole tree idle for {span:.0f} s: {_pct(total)}, no I/O, no cache growth, no compiler"]
     main = facts.main()
@@ -510,7 +539,18 @@ def _idle(facts: _Facts) -> Optional[Diagnosis]:
     return Diagnosis(Cause.IDLE, tuple(evidence))
 
 
-RULES = (_compiling, _gpu_trouble, _io_blocked, _compile_frame, _loader_deadlock, _device_wait, _busy, _reading, _idle)
+RULES = (
+    _compiling,
+    _gpu_trouble,
+    _io_blocked,
+    _compile_frame,
+    _loader_deadlock,
+    _device_wait,
+    _busy,
+    _reading,
+    _gpu_busy_while_idle,
+    _idle,
+)
 
 
 def classify(window: Window, stacks: Mapping[int, str], main_pid: int, kernel_text: str = "") -> Diagnosis:
@@ -530,4 +570,15 @@ def classify(window: Window, stacks: Mapping[int, str], main_pid: int, kernel_te
         found = rule(facts)
         if found is not None:
             return found
-    return Diagnosis(Cause.UNKNOWN, ("no rule matched",))
+    return Diagnosis(Cause.UNKNOWN, _unknown(facts))
+
+
+def _unknown(facts: _Facts) -> Tuple[str, ...]:
+    """What was seen, when no rule fits it."""
+    if not facts.window.samples:
+        seen = "no samples of the tree"
+    else:
+        seen = f"tree at {_pct(sum(facts.cores.values()))} over {facts.window.span_s():.0f} s"
+    main = facts.main()
+    frame = _user_frame(main) if main else None
+    return (f"no rule matched: {seen}",) + ((f"main thread in {frame.where}",) if frame else ())

@@ -87,9 +87,9 @@ CACHE_PROGRESS_S = 60.0
 #: A compiler process counts as progress when it used at least this much CPU in the last interval.
 COMPILER_BUSY_CORES = 0.05
 
-#: Samples a window keeps besides its first one (10 minutes at SAMPLE_EVERY_S): bounds memory and
+#: Samples a window keeps besides its first one (5 minutes at SAMPLE_EVERY_S): bounds memory and
 #: the incident's evidence.json for silences of hours.
-WINDOW_KEEP = 300
+WINDOW_KEEP = 150
 
 
 @dataclass(frozen=True)

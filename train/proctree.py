@@ -94,27 +94,27 @@ def _child_pids(pid: int) -> List[int]:
 
 def children(proc: psutil.Process) -> List[psutil.Process]:
     """The direct children of ``proc`` (none when it is gone)."""
+    if _CHILDREN_FILES:
+        return _processes(_child_pids(proc.pid))
     try:
-        if not _CHILDREN_FILES:
-            return proc.children()
+        return proc.children()
     except psutil.Error:
         return []
-    return _processes(_child_pids(proc.pid))
 
 
 def descendants(proc: psutil.Process) -> List[psutil.Process]:
-    """Every process below ``proc``, children first (none when it is gone)."""
+    """Every process below ``proc`` (none when it is gone)."""
     if not _CHILDREN_FILES:
         try:
             return proc.children(recursive=True)
         except psutil.Error:
             return []
-    found: List[int] = []
+    found: Dict[int, None] = {}  # ordered, and a set
     pending = [proc.pid]
     while pending:
         for child in _child_pids(pending.pop()):
             if child not in found:
-                found.append(child)
+                found[child] = None
                 pending.append(child)
     return _processes(found)
 
