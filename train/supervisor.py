@@ -442,6 +442,7 @@ class Supervisor:
         """Judge the silence (:mod:`trainbox.silence`): record an extension, report a stall, or end the attempt."""
         call = run.watch.look(silent_s, budget)
         if call.action is Action.EXTEND:
+            self._publish(force=True, budget={"name": budget.name, "seconds": call.budget_s})  # `health` judges by it at once
             self._emit("extend", run.attempt, **extension(budget, call, silent_s))
             say(f"attempt {run.attempt} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
         if call.action is not Action.STALL or run.watch.reported:
