@@ -1,6 +1,8 @@
-"""Stall handling per hang kind: detection lateness, report, kill, time to the resumed first beat.
+"""Stall handling per hang kind: detection lateness, report, kill, time to the resumed first beat; and
+cause-aware stalls side by side with the clock alone (today).
 
-    python bench/stalls.py [--repeat 3] [--budget 5] [--yolo-repeat 1] [--rank-repeat 1]
+    python bench/stalls.py [--repeat 3] [--budget 5] [--yolo-repeat 1] [--rank-repeat 1] [--cause-repeat 1]
+                           [--idle-timeout 120]
 
 Each run supervises the beating child of ``trainbox.faults`` with a hang armed for
 attempt 0; attempt 1 runs to completion. From the events: how late after the
@@ -14,12 +16,26 @@ gloo, CPU), whose rank 1 hangs in epoch 1: budget -> the whole job gone
 (the latest of the ranks' first beats with a step, each rank's own timestamp,
 read from its heartbeat file while the run goes on). Written to
 ``stalls-ranks``; the rest to ``stalls``.
+
+Cause-aware (``causes()``), each measured, never computed, except where "today" would mean waiting out a 1200 s
+budget (its figure is then the budget, which the first table shows is met within a fraction of a second):
+
+* a deadlock before the first beat and a frozen validation pass under ``safe``'s budgets (startup and
+  validation 1200 s): seconds from the hang to the tree being gone, by idleness (``--idle-timeout``);
+* a compile (real ``cc -O2`` processes; in-process work growing TORCHINDUCTOR_CACHE_DIR) three stall budgets
+  long: kills with ``--compile-cap 0`` (today: no extension) and with the default cap;
+* the classifier's cause for every scenario run here and for the recorded gpu_wait/io_wait evidence
+  (tests/fixtures/causes), against the cause each one is;
+* the sampler's CPU per sample (``Sample.cost_s`` of every sample in the incidents' evidence.json) and what
+  that is per second of silence (one sample every ``SAMPLE_EVERY_S``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,9 +46,22 @@ from typing import Any, Dict, List, Optional, Tuple
 from common import REPO, cli_env, events, span, summary, train_cli, write_results
 
 from trainbox import heartbeat
-from trainbox.rundir import RunDir
+from trainbox.causes import classify
+from trainbox.evidence import SAMPLE_EVERY_S, Window
+from trainbox.rundir import IncidentDir, RunDir
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
+#: The cause each hang is (the classifier's accuracy is judged against these).
+EXPECTED = {
+    "sleep": "idle",
+    "lock": "idle",
+    "spin": "busy_python",
+    "fork": "idle",
+    "ignore-sigterm": "idle",
+    "setsid": "idle",
+    "worker deadlock (fast)": "loader_deadlock",
+    "hang after validation": "idle",
+}
 #: Ultralytics hangs: (profile, fault, startup budget) under `python -m trainbox run` on demo data.
 YOLO_KINDS = {
     "worker deadlock (fast)": ("fast", "sleep@worker,attempt=0,train=1,epoch>=2", 120),
@@ -77,10 +106,15 @@ def measure(kind: str, budget: float) -> Dict[str, float]:
         )
         history = events(run_dir)
     figures = stall_figures(kind, code, history)
+    CAUSES.setdefault(kind, []).append(next(e for e in history if e["event"] == "stall")["cause"])
     return {k: v for k, v in figures.items() if k not in ("budget_s", "kill_to_first_batch_s")}
 
 
-def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Dict[str, float]:
+#: Causes the stalls of each scenario were given, in run order.
+CAUSES: Dict[str, List[str]] = {}
+
+
+def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Tuple[Dict[str, float], str]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         code = train_cli(
@@ -91,7 +125,7 @@ def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Dict[str
         history = events(run_dir)
     figures = stall_figures(fault, code, history)
     figures.pop("incident_bytes")
-    return figures
+    return figures, next(e for e in history if e["event"] == "stall")["cause"]
 
 
 def measure_ranks(budget: float) -> Dict[str, float]:
@@ -155,6 +189,143 @@ def stall_figures(label: str, code: int, history: List[Dict[str, Any]]) -> Dict[
     }
 
 
+#: safe's budgets (env/profiles/safe.yaml): the first batch and a validation pass may each stay silent 1200 s.
+SAFE_BUDGETS = ["--startup-timeout", "1200", "--stall-timeout", "300"]
+SAFE_VAL_S = 1200
+
+
+def supervised(
+    fault: str, options: List[str], child: Tuple[str, ...] = (), env: Optional[Dict[str, str]] = None
+) -> Tuple[List[Dict[str, Any]], List[float]]:
+    """Supervise the faults child with ``fault`` armed; (events, sampler cost of every sample in the incidents)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        args = ["supervise", "--run-dir", str(run_dir), *options, "--grace", str(GRACE_S), "--backoff", str(BACKOFF_S)]
+        argv = [sys.executable, "-m", "trainbox.faults", "--steps", "20", "--interval", "0.1", *child]
+        code = train_cli([*args, "--quiet", "--", *argv], {"TRAIN_FAULT": fault, **(env or {})})
+        history = events(run_dir)
+        costs = [
+            sample["cost_s"]
+            for e in history
+            if e["event"] == "stall" and e.get("incident")
+            for sample in json.loads(IncidentDir(Path(e["incident"])).evidence.read_text())
+        ]
+    if code != 0:
+        raise SystemExit(f"{fault}: supervisor exited {code}: {history}")
+    return history, costs
+
+
+def _stalls(history: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    return [e for e in history if e["event"] == "stall"]
+
+
+def hang_to_gone_s(stall: Dict[str, Any]) -> float:
+    """From the last progress (the hang) to the tree being gone: the silence, the report, the kill."""
+    return float(stall["silent_s"] + stall["incident_s"] + stall["kill_s"])
+
+
+def recorded_causes() -> Dict[str, Tuple[str, str]]:
+    """The classifier on the recorded gpu_wait/io_wait evidence: name -> (expected, found)."""
+    found = {}
+    for fixture in sorted((REPO / "tests" / "fixtures" / "causes").iterdir()):
+        if not (fixture / "expected.json").exists():
+            continue
+        expected = json.loads((fixture / "expected.json").read_text())
+        recorded = IncidentDir(fixture)  # laid out as an incident report
+        window = Window.from_json(json.loads(recorded.evidence.read_text()))
+        stacks = {int(path.stem): path.read_text() for path in recorded.stack.directory.glob("*.txt")}
+        diagnosis = classify(window, stacks, expected["main_pid"], recorded.kernel.read_text())
+        found[f"recorded: {fixture.name}"] = (expected["cause"], diagnosis.cause.value)
+    return found
+
+
+def causes(idle_timeout: float, budget: float, repeat: int) -> Tuple[List[str], Dict[str, Any]]:
+    """The cause-aware figures (see the module docstring): markdown lines and the data."""
+    idle = ["--idle-timeout", f"{idle_timeout:g}"]
+    costs: List[float] = []
+    hangs: Dict[str, List[float]] = {"startup deadlock": [], "validation freeze": []}
+    kills: Dict[str, Dict[str, List[int]]] = {}
+    val = ("--slow-step", "5", "--slow-seconds", "0", "--phase-timeout", str(SAFE_VAL_S), "--slow-phase", "val")
+    compile_s = str(3 * budget)
+    for round_ in range(repeat):
+        for label, fault, child in (
+            ("startup deadlock", "lock@start,attempt=0", ()),
+            ("validation freeze", "sleep@slow,attempt=0", val),
+        ):
+            history, cost = supervised(fault, SAFE_BUDGETS + idle, child)
+            costs += cost
+            hangs[label].append(hang_to_gone_s(_stalls(history)[0]))
+            CAUSES.setdefault(label, []).append(_stalls(history)[0]["cause"])
+        with tempfile.TemporaryDirectory() as cache:
+            for label, fault in (("compile: cc -O2 processes", "cc"), ("compile: in-process, growing Inductor cache", "cache")):
+                env = {"TRAIN_FAULT_SECONDS": compile_s, "TORCHINDUCTOR_CACHE_DIR": cache}
+                row = kills.setdefault(label, {"today": [], "cause-aware": []})
+                for mode, cap in (("today", ["--compile-cap", "0"]), ("cause-aware", [])):
+                    history, cost = supervised(f"{fault}@step,step=5,attempt=0", ["--stall-timeout", str(budget), *cap], env=env)
+                    costs += cost
+                    row[mode].append(len(_stalls(history)))
+        history, cost = supervised(
+            "cc@step,step=5,attempt=0",
+            ["--stall-timeout", str(budget), "--compile-cap", str(4 * budget)],
+            env={"TRAIN_FAULT_SECONDS": "100000"},
+        )
+        costs += cost
+        CAUSES.setdefault("compile that never ends", []).append(_stalls(history)[0]["cause"])
+        history, cost = supervised("loader@step,step=5,attempt=0", ["--stall-timeout", "120", *idle])
+        costs += cost
+        CAUSES.setdefault("DataLoader, forked workers blocked", []).append(_stalls(history)[0]["cause"])
+        print(f"cause-aware round {round_ + 1}/{repeat}: {hangs} {kills} {CAUSES}", flush=True)
+    expected = dict(
+        EXPECTED,
+        **{
+            "startup deadlock": "idle",
+            "validation freeze": "idle",
+            "compile that never ends": "kernel_compile",
+            "DataLoader, forked workers blocked": "loader_deadlock",
+        },
+    )
+    scored = [(label, expected[label], cause) for label, found in CAUSES.items() if label in expected for cause in found]
+    scored += [(label, want, got) for label, (want, got) in recorded_causes().items()]
+    right = sum(want == got for _, want, got in scored)
+    cost_ms = 1000 * statistics.median(costs)
+    lines = [
+        "",
+        f"Cause-aware stalls vs the clock alone (today), {repeat} run(s) each, --idle-timeout {idle_timeout:g}:",
+        "",
+        "| scenario | today | cause-aware | goal |",
+        "| --- | --- | --- | --- |",
+    ]
+    for label, runs in hangs.items():
+        lines.append(
+            f"| {label} under safe's budgets: hang → tree gone, s | {SAFE_VAL_S} (the budget) | "
+            f"{span(summary(runs), digits=1)} | ≤ idle-timeout + 10 = {idle_timeout + 10:g} |"
+        )
+    for label, row in kills.items():
+        lines.append(
+            f"| {label}, {compile_s} s > stall budget {budget:g} s: kills | {sum(row['today'])} in {len(row['today'])} run(s) | "
+            f"{sum(row['cause-aware'])} in {len(row['cause-aware'])} run(s) | 0 |"
+        )
+    wrong = [f"{label}: {got} (is {want})" for label, want, got in scored if want != got]
+    lines += [
+        f"| classifier: right causes over {len(scored)} stalls of {len({s[0] for s in scored})} scenarios "
+        f"(incl. recorded gpu_wait/io_wait) | — | {right}/{len(scored)} | all |",
+        f"| sampler: CPU per sample (median of {len(costs)}) / share of a core while silent | — | "
+        f"{cost_ms:.1f} ms / {cost_ms / 1000 / SAMPLE_EVERY_S:.2%} | overhead unchanged |",
+    ]
+    if wrong:
+        lines += ["", "Misclassified: " + "; ".join(wrong) + "."]
+    data = {
+        "idle_timeout_s": idle_timeout,
+        "hang_to_gone_s": {k: summary(v) for k, v in hangs.items()},
+        "compile_kills": kills,
+        "causes": CAUSES,
+        "scored": scored,
+        "accuracy": f"{right}/{len(scored)}",
+        "sample_cost_ms": summary([1000 * c for c in costs]),
+    }
+    return lines, data
+
+
 def _cell_of(row: Dict[str, Any], metric: str, scale: float = 1.0) -> str:
     return span(row[metric], scale)
 
@@ -165,23 +336,24 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=5.0)
     parser.add_argument("--yolo-repeat", type=int, default=1, help="runs of each Ultralytics hang (0: none)")
     parser.add_argument("--rank-repeat", type=int, default=1, help="runs of the 2-rank torchrun hang (0: none)")
+    parser.add_argument("--cause-repeat", type=int, default=1, help="runs of each cause-aware scenario (0: none)")
+    parser.add_argument("--idle-timeout", type=float, default=120.0, help="--idle-timeout of the cause-aware runs")
     args = parser.parse_args()
     if args.rank_repeat:
         report_ranks(args.rank_repeat, args.budget)
-    if not args.repeat:
-        return 0
     samples: Dict[str, List[Dict[str, float]]] = {k: [] for k in KINDS}
     for round_ in range(args.repeat):
         for kind in KINDS:  # interleaved: one of each kind per round
             samples[kind].append(measure(kind, args.budget))
             print(f"round {round_ + 1}/{args.repeat} {kind}: {samples[kind][-1]}", flush=True)
     table: Dict[str, Any] = {
-        kind: {metric: summary([s[metric] for s in runs]) for metric in runs[0]} for kind, runs in samples.items()
+        kind: {metric: summary([s[metric] for s in runs]) for metric in runs[0]} for kind, runs in samples.items() if runs
     }
     lines = [
         f"# Stall handling (budget {args.budget:.0f} s, grace {GRACE_S:.0f} s, backoff {BACKOFF_S} s, {args.repeat} runs each)",
         "",
-        f"Command: `python bench/stalls.py --repeat {args.repeat} --budget {args.budget:g}`. Medians, [min–max].",
+        f"Command: `python bench/stalls.py --repeat {args.repeat} --budget {args.budget:g} --yolo-repeat {args.yolo_repeat} "
+        "--cause-repeat 0 --rank-repeat 0`. Medians, [min–max].",
         "",
         "| hang | budget→noticed s | report s | report KiB | kill s | budget→tree gone s | gone→first resumed beat s |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -199,8 +371,10 @@ def main() -> int:
             train_cli(["demo-data", str(data), "--imgsz", "64"], {})
             for _ in range(args.yolo_repeat):
                 for kind, (profile, fault, startup) in YOLO_KINDS.items():
-                    yolo[kind].append(measure_yolo(profile, fault, startup, data / "data.yaml"))
-                    print(f"{kind}: {yolo[kind][-1]}", flush=True)
+                    figures, cause = measure_yolo(profile, fault, startup, data / "data.yaml")
+                    yolo[kind].append(figures)
+                    CAUSES.setdefault(kind, []).append(cause)
+                    print(f"{kind}: {yolo[kind][-1]}, cause {cause}", flush=True)
         lines += [
             "",
             f"Ultralytics (`python -m trainbox run`, yolov8n on demo data, CPU, {args.yolo_repeat} run(s) each):",
@@ -213,11 +387,20 @@ def main() -> int:
             row = {metric: summary([r[metric] for r in runs]) for metric in runs[0]}
             table[kind] = row
             lines.append(f"| {kind} | {row['budget_s']['median']:.0f} | " + " | ".join(span(row[m]) for m in metrics) + " |")
-    path = write_results(
-        "stalls", {"budget_s": args.budget, "grace_s": GRACE_S, "backoff_s": BACKOFF_S, "kinds": table}, "\n".join(lines) + "\n"
-    )
-    print("\n".join(lines))
-    print(f"results: {path}")
+    if args.repeat or args.yolo_repeat:
+        results = {"budget_s": args.budget, "grace_s": GRACE_S, "backoff_s": BACKOFF_S, "kinds": table}
+        text = "\n".join(lines) + "\n"
+        print(text)
+        print(f"results: {write_results('stalls', results, text)}")
+    if args.cause_repeat:  # its own results file: the clock-alone figures above need not be run again with it
+        more, data = causes(args.idle_timeout, args.budget, args.cause_repeat)
+        command = (
+            f"Command: `python bench/stalls.py --repeat 0 --yolo-repeat 0 --cause-repeat {args.cause_repeat} --rank-repeat 0 "
+            f"--budget {args.budget:g} --idle-timeout {args.idle_timeout:g}`. Medians, [min–max]."
+        )
+        text = "\n".join(["# Cause-aware stalls", "", command, *more]) + "\n"
+        print(text)
+        print(f"results: {write_results('stall-causes', data, text)}")
     return 0
 
 
@@ -232,7 +415,8 @@ def report_ranks(repeat: int, budget: float) -> None:
         f"# Stall of one torchrun rank ({RANKS} ranks, budget {budget:g} s, grace {GRACE_S:g} s, backoff {BACKOFF_S} s, "
         f"{repeat} run(s))",
         "",
-        f"Command: `python bench/stalls.py --repeat 0 --rank-repeat {repeat} --budget {budget:g}`. `examples/plain_pytorch.py` "
+        f"Command: `python bench/stalls.py --repeat 0 --yolo-repeat 0 --cause-repeat 0 --rank-repeat {repeat} --budget {budget:g}`. "
+        "`examples/plain_pytorch.py` "
         f"under `torchrun --nproc-per-node {RANKS}` (DDP, gloo, CPU), fault `{RANK_FAULT}`. Medians, [min–max].",
         "",
         "| budget→noticed s | report s | kill s | budget→job gone s | gone→first resumed beat s "

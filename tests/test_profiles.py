@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional, Tuple
 
 import pytest
 
 from tests.supervised import train_cli
 from trainbox import profiles
 from trainbox.ladder import ProfileLadder
-from trainbox.restart import Outcome, OutcomeKind
+from trainbox.restart import Outcome, OutcomeKind, Retry
 from trainbox.yolo.device_defaults import Device, decide
 
 
@@ -45,6 +46,9 @@ def _write(directory: Path, name: str, text: str) -> Path:
         ("wrokers: 2\n", "wrokers", "Extra inputs are not permitted"),
         ("fallback: nowhere\n", "fallback", "no profile 'nowhere'"),
         ("conv_backend: cudnn\n", "conv_backend", "'miopen' or 'native'"),
+        ("stall_retry:\n  deadlock: [same]\n", "(profile)", "stall_retry: unknown cause 'deadlock'"),
+        ("stall_retry:\n  idle: [wait]\n", "stall_retry.idle.0", "'ladder', 'same', 'native' or 'gpu_release'"),
+        ("idle_timeout: -1\n", "idle_timeout", "greater than or equal to 0"),
     ],
 )
 def test_invalid_profile_names_file_and_field(tmp_path: Path, extra: str, field: str, words: str) -> None:
@@ -63,8 +67,8 @@ def test_compile_with_fork_workers_is_refused(tmp_path: Path) -> None:
         profiles.load("compiled", tmp_path)
 
 
-def _outcome(kind: str, stepped: bool) -> Outcome:
-    return Outcome(OutcomeKind(kind), first_step_ts=1.0 if stepped else None)
+def _outcome(kind: str, stepped: bool, cause: Optional[str] = None) -> Outcome:
+    return Outcome(OutcomeKind(kind), first_step_ts=1.0 if stepped else None, detail={"cause": cause} if cause else {})
 
 
 def test_ladder_steps_down_on_stalls_and_ends_with_native_convolutions() -> None:
@@ -72,13 +76,50 @@ def test_ladder_steps_down_on_stalls_and_ends_with_native_convolutions() -> None
     ladder = ProfileLadder(chain, ["workers=8", "epochs=3"], profiles.default_profiles_dir())
     first = ladder.first()
     assert first.profile == "fast" and first.argv[-2:] == ["workers=8", "epochs=3"]
-    assert ladder.after(_outcome("exited", stepped=True)).profile == "fast", "a crash keeps the profile"
-    second = ladder.after(_outcome("stalled", stepped=True))
+    assert ladder.after(_outcome("exited", stepped=True)).launch.profile == "fast", "a crash keeps the profile"
+    second = ladder.after(_outcome("stalled", stepped=True)).launch
     assert second.profile == "balanced" and "workers=8" not in second.argv and "epochs=3" in second.argv
-    assert ladder.after(_outcome("stalled", stepped=True)).profile == "safe"
-    assert ladder.after(_outcome("stalled", stepped=True)).profile == "safe", "mid-training stalls stay on safe"
-    assert ladder.after(_outcome("stalled", stepped=False)).profile == "safe-native"
-    assert ladder.after(_outcome("stalled", stepped=False)).profile == "safe-native"
+    assert ladder.after(_outcome("stalled", stepped=True)).launch.profile == "safe"
+    assert ladder.after(_outcome("stalled", stepped=True)).launch.profile == "safe", "mid-training stalls stay on safe"
+    assert ladder.after(_outcome("stalled", stepped=False)).launch.profile == "safe-native"
+    assert ladder.after(_outcome("stalled", stepped=False)).launch.profile == "safe-native"
+
+
+def _after(ladder: ProfileLadder, cause: str, stepped: bool = True) -> Tuple[str, Optional[Retry], str]:
+    following = ladder.after(_outcome("stalled", stepped, cause))
+    return following.launch.profile or "", following.retry, following.reason
+
+
+def test_the_retry_is_chosen_by_the_cause() -> None:
+    def fresh(name: str) -> ProfileLadder:
+        return ProfileLadder(profiles.fallback_chain(profiles.load(name)), ["epochs=3"], profiles.default_profiles_dir())
+
+    assert _after(fresh("fast"), "loader_deadlock") == ("balanced", Retry.LADDER, "loader_deadlock: down the ladder to balanced")
+    profile, retry, reason = _after(fresh("fast"), "kernel_compile")
+    assert (profile, retry) == ("safe-native", Retry.NATIVE) and "trainbox warmup" in reason
+
+    gpu = fresh("fast")
+    assert _after(gpu, "gpu_wait")[:2] == ("fast", Retry.GPU_RELEASE), "first: the same profile, once the memory is free"
+    assert _after(gpu, "gpu_wait")[:2] == ("safe-native", Retry.NATIVE), "then FP32/native convolutions"
+
+    busy = fresh("balanced")
+    assert _after(busy, "busy_python") == ("balanced", Retry.SAME, "busy_python: balanced once more")
+    assert _after(busy, "busy_python")[:2] == ("safe", Retry.LADDER), "a second spin in a row steps down"
+    assert _after(busy, "busy_native")[:2] == ("safe", Retry.SAME), "a new rung starts a new streak"
+    assert _after(fresh("safe"), "idle") == ("safe", Retry.LADDER, "idle: safe again: no rung left below it")
+    assert _after(fresh("safe"), "unknown", stepped=False)[:2] == ("safe-native", Retry.LADDER)
+    assert _after(fresh("safe"), "no-such-cause", stepped=False)[:2] == ("safe-native", Retry.LADDER), "unknown words: ladder"
+
+
+def test_a_profile_overrides_the_retry_table(tmp_path: Path) -> None:
+    native = profiles.default_profiles_dir() / "safe-native.yaml"
+    (tmp_path / native.name).write_text(native.read_text())
+    _write(tmp_path, "patient", "stall_retry:\n  loader_deadlock: [same, ladder]\n  kernel_compile: [same]\n")
+    chain = profiles.fallback_chain(profiles.load("patient", tmp_path), tmp_path)
+    ladder = ProfileLadder(chain, [], tmp_path)
+    assert _after(ladder, "loader_deadlock")[:2] == ("patient", Retry.SAME)
+    assert _after(ladder, "kernel_compile")[:2] == ("patient", Retry.SAME)
+    assert _after(ladder, "busy_native")[:2] == ("patient", Retry.SAME), "a cause it does not name keeps the table's row"
 
 
 #: Devices the shipped ladders must stay strictly safer on, rung by rung, for any batch.

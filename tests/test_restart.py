@@ -12,7 +12,22 @@ from typing import List, Sequence
 
 import pytest
 
-from trainbox.restart import NO_BEAT_ATTEMPTS, Counters, Decision, Outcome, OutcomeKind, Verdict, backoff_s, decide
+from trainbox.causes import Cause
+from trainbox.restart import (
+    NO_BEAT_ATTEMPTS,
+    RETRIES,
+    CauseStreak,
+    Counters,
+    Decision,
+    Outcome,
+    OutcomeKind,
+    Retry,
+    Verdict,
+    backoff_s,
+    decide,
+    position,
+    retry_for,
+)
 from trainbox.supervisor_settings import SupervisorSettings
 
 SETTINGS = SupervisorSettings(max_restarts=10, backoff_s=2.0, backoff_max_s=60.0)
@@ -120,3 +135,44 @@ def test_outcome_kinds_are_the_words_events_jsonl_uses() -> None:
     assert crash(0).crashed and not completed().crashed and not stall(0).crashed
     assert not Outcome(OutcomeKind.EXITED).crashed, "no exit status yet is not a crash"
     assert Counters().counted(completed()) == Counters() == Counters().counted(stopped())
+
+
+def stall_at(at: str, cause: str = "idle", beats: int = 5) -> Outcome:
+    return Outcome(OutcomeKind.STALLED, beats=beats, detail={"at": at, "cause": cause})
+
+
+def test_repeat_rule_the_same_stall_twice_on_the_last_rung_gives_up_at_once() -> None:
+    here = position({"phase": "train", "epoch": 3, "batch": 17, "step": 90}, "safe")
+    assert here == "phase train, epoch 3 batch 17, profile safe"
+    decisions = script([stall_at(here), stall_at(here)])
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.GAVE_UP]
+    assert decisions[-1].counters.restarts == 1, "the remaining restarts are not spent"
+    assert decisions[-1].reason == f"stalls again at {here} (cause idle) with nothing left to try"
+
+
+def test_repeat_rule_needs_the_same_place_in_a_row_and_no_rung_left() -> None:
+    a, b = position({"phase": "train", "step": 40}), position({"phase": "train", "step": 41})
+    assert a == "phase train, step 40"
+    assert verdicts(script([stall_at(a), stall_at(b), stall_at(a), completed()])) == [Verdict.RESTART] * 3 + [Verdict.SUCCEEDED]
+    assert verdicts(script([stall_at(a), crash(5), stall_at(a), completed()]))[-1] is Verdict.SUCCEEDED, "a crash between"
+    counters = Counters()
+    for last_rung in (False, False, True):  # the planner still had a rung to try, twice; then none
+        decision = decide(stall_at(a), counters.counted(stall_at(a)), SETTINGS, last_rung)
+        counters = decision.counters
+    assert decision.verdict is Verdict.GAVE_UP and counters.restarts == 2
+    assert position(None) is None and position({}) is None, "before the first beat the no-beat rule applies"
+
+
+def test_restart_budget_reason() -> None:
+    decisions = script([crash(4), crash(4)], SupervisorSettings(max_restarts=1))
+    assert decisions[-1].reason == "restart budget spent"
+
+
+def test_retry_table_covers_every_cause_and_repeats_its_last_entry() -> None:
+    assert set(RETRIES) == set(Cause)
+    assert [retry_for("gpu_wait", n) for n in range(3)] == [Retry.GPU_RELEASE, Retry.NATIVE, Retry.NATIVE]
+    assert [retry_for("busy_python", n) for n in range(3)] == [Retry.SAME, Retry.LADDER, Retry.LADDER]
+    assert retry_for(None, 0) is retry_for("gibberish", 4) is Retry.LADDER
+    assert retry_for("idle", 0, {"idle": [Retry.SAME]}) is Retry.SAME
+    streak = CauseStreak()
+    assert [streak.count(c) for c in ("idle", "idle", "gpu_wait", "idle", "idle", "idle")] == [0, 1, 0, 0, 1, 2]

@@ -14,9 +14,13 @@ import pytest
 
 from tests.supervised import REPO, cli_env
 from trainbox.cli import build_parser
+from trainbox.profiles import Profile, default_profiles_dir
 from trainbox.supervisor import Launch
 from trainbox.supervisor_settings import (
+    COMPILE_CAP,
+    IDLE_TIMEOUT,
     LAUNCH_SETTINGS,
+    ON_STALL,
     SETTINGS,
     STARTUP_TIMEOUT,
     Setting,
@@ -44,15 +48,29 @@ def test_cli_options_are_the_table(command: str) -> None:
         profile_supplies = command == "run" and setting.profile_supplies
         assert action.default == (None if profile_supplies else setting.default), setting.flag
         assert action.help and action.help.startswith(setting.help), setting.flag
-        assert action.help.endswith("(default: the profile's)" if profile_supplies else f"(default: {setting.default:g})")
+        assert action.help.endswith("(default: the profile's)" if profile_supplies else f"(default: {setting.default_text})")
         assert action.dest == setting.dest
 
 
 def test_spec_fields_and_defaults_are_the_table() -> None:
     fields = {f.name: f.default for f in dataclasses.fields(SupervisorSettings)}
     assert fields == {s.field: s.default for s in supervisor_settings()}
-    launch_fields = {f.name for f in dataclasses.fields(Launch)}
-    assert {s.field for s in LAUNCH_SETTINGS} <= launch_fields
+    launch_defaults = {f.name: f.default for f in dataclasses.fields(Launch)}
+    assert {s.field for s in LAUNCH_SETTINGS} <= set(launch_defaults)
+    for setting in (IDLE_TIMEOUT, COMPILE_CAP):  # the profile keys and Launch take their defaults from the table
+        assert launch_defaults[setting.field] == setting.default
+        assert Profile.model_fields[setting.field].default == setting.default
+        assert not any(setting.field in p.read_text() for p in default_profiles_dir().glob("*.yaml")), "one default"
+
+
+def test_a_choice_takes_its_words_and_nothing_else() -> None:
+    assert ON_STALL.default == "restart" and ON_STALL.choices == ("restart", "report")
+    assert SupervisorSettings(on_stall="report").on_stall == "report"
+    with pytest.raises(ValueError, match="--on-stall must be one of restart, report, got 'kill'"):
+        SupervisorSettings(on_stall="kill")
+    assert ON_STALL.from_text("report") == "report"
+    with pytest.raises(argparse.ArgumentTypeError, match="must be one of restart, report, got 'Report'"):
+        ON_STALL.from_text("Report")
 
 
 @pytest.mark.parametrize("setting", list(supervisor_settings()), ids=lambda s: s.flag)
@@ -104,6 +122,9 @@ def cli(args: List[str], tmp_path: Path) -> subprocess.CompletedProcess:
         (["--learned-factor=-inf"], "argument --learned-factor: must be a finite number >= 0, got -inf"),
         (["--learned-floor", "0"], "argument --learned-floor: must be a finite number > 0, got 0"),
         (["--backoff", "120"], "--backoff-max (60) must be >= --backoff (120): raise --backoff-max or lower --backoff"),
+        (["--idle-timeout", "-1"], "argument --idle-timeout: must be a finite number >= 0, got -1"),
+        (["--compile-cap", "inf"], "argument --compile-cap: must be a finite number >= 0, got inf"),
+        (["--on-stall", "ignore"], "argument --on-stall: must be one of restart, report, got 'ignore'"),
     ],
 )
 def test_bad_values_are_one_line_and_exit_2_through_the_cli(args: List[str], says: str, tmp_path: Path) -> None:

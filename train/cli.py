@@ -110,7 +110,7 @@ def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
-    launch = Launch(argv=command, startup_timeout=args.startup_timeout, stall_timeout=args.stall_timeout)
+    launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in supervisor_settings.LAUNCH_SETTINGS})
     return Supervisor(_spec(args, Planner(launch))).run()
 
 
@@ -122,7 +122,9 @@ def _run(args: argparse.Namespace) -> int:
     profile = profiles.load(args.profile, directory)
     chain = profiles.fallback_chain(profile, directory)
     validate_overrides(args.overrides)
-    ladder = ProfileLadder(chain, args.overrides, directory, args.startup_timeout, args.stall_timeout)
+    ladder = ProfileLadder(
+        chain, args.overrides, directory, args.startup_timeout, args.stall_timeout, args.idle_timeout, args.compile_cap
+    )
     return Supervisor(_spec(args, ladder)).run()
 
 

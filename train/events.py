@@ -13,13 +13,15 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-#: start: an attempt was launched (carries ``profile``); stall: a budget ran out
-#: (``budget``, ``budget_s``, ``silent_s``); crash: the child exited non-zero;
-#: restart: the next attempt is scheduled; exit: the supervisor ends (``code``);
-#: give_up: the restart budget is spent or the child is misconfigured; device: the child's first beat that
-#: carries ``device`` (the device it found and what it decided for it), once per attempt; supervisor_hung: ``health --act``
-#: found the supervisor itself hung and ended it (written by the health check, :mod:`trainbox.watchdog`).
-EVENTS = ("start", "device", "stall", "crash", "restart", "exit", "give_up", "supervisor_hung")
+#: start: an attempt was launched (carries ``profile``); stall: a budget ran out or the tree stayed idle
+#: (``rule``, ``cause``, ``evidence``, ``budget``, ``budget_s``, ``silent_s``); extend: a compile making
+#: progress got more time (``cause``, ``budget_s``, ``evidence``); crash: the child exited non-zero;
+#: restart: the next attempt is scheduled (``reason``); exit: the supervisor ends (``code``);
+#: give_up: the restart budget is spent, the same stall came back, or the child is misconfigured; device: the
+#: child's first beat that carries ``device`` (the device it found and what it decided for it), once per attempt;
+#: supervisor_hung: ``health --act`` found the supervisor itself hung and ended it (written by the health check,
+#: :mod:`trainbox.watchdog`).
+EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung")
 #: Fields every record has; a ``device`` beat's fields of the same names are not copied.
 RECORD_FIELDS = ("ts", "event", "attempt")
 

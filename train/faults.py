@@ -13,6 +13,7 @@ that is one dictionary lookup. The supervisor's own site is ``supervisor``
 (each look at the heartbeat; ``epoch`` and ``step`` from the last beat, ``hangs``: how many
 supervisors of the run hung in a row before this one), so that
 ``TRAIN_FAULT="wait@supervisor,hangs=0,epoch>=2"`` hangs only the first one.
+The compile faults run for ``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
 
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
@@ -33,6 +34,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 FAULT_ENV = "TRAIN_FAULT"
+#: How long the compile faults work before they let the child go on.
+SECONDS_ENV = "TRAIN_FAULT_SECONDS"
+
+
+def _fault_seconds() -> float:
+    return float(os.environ.get(SECONDS_ENV, "20"))
 
 
 def hang_sleep() -> None:
@@ -113,6 +120,57 @@ def hang_with_setsid_grandchild() -> None:
     hang_sleep()
 
 
+def hang_in_dataloader() -> None:
+    """A real torch DataLoader whose two forked workers block in ``__getitem__``: the main thread waits on them."""
+    import torch.utils.data
+
+    class BlockingDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, index: int) -> int:
+            hang_sleep()
+            return index
+
+    loader = torch.utils.data.DataLoader(BlockingDataset(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    for _ in loader:
+        pass
+
+
+#: A C file that keeps ``cc -O2`` busy for about a second per run: many functions with loops to unroll.
+_C_SOURCE = "".join(
+    f"int f{i}(int x) {{ int s = 0; for (int j = 0; j < 64; j++) s += (x * j) ^ (s >> {i % 7 + 1}); return s; }}\n"
+    for i in range(400)
+)
+
+
+def compile_with_cc() -> None:
+    """Run real compiler processes (``cc -O2`` on a generated file), one after another, for TRAIN_FAULT_SECONDS."""
+    import tempfile
+
+    deadline = time.monotonic() + _fault_seconds()
+    with tempfile.TemporaryDirectory(prefix="trainbox-cc-") as work:
+        source = Path(work) / "kernels.c"
+        source.write_text(_C_SOURCE)
+        while time.monotonic() < deadline:
+            subprocess.run(["cc", "-O2", "-c", str(source), "-o", str(Path(work) / "kernels.o")], check=True)
+
+
+def compile_into_inductor_cache() -> None:
+    """Compile in-process (CPU work, no compiler process) and write a kernel file into TORCHINDUCTOR_CACHE_DIR every
+    half second, as MIOpen through comgr does into its cache: the growing cache is the only outside sign."""
+    cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    cache.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + _fault_seconds()
+    kernel = 0
+    while time.monotonic() < deadline:
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            sum(i * i for i in range(1000))
+        (cache / f"kernel-{os.getpid()}-{kernel}.so").write_bytes(os.urandom(4096))
+        kernel += 1
+
+
 def crash() -> None:
     """Exit with status 3, as a training script that hit an error would."""
     sys.stderr.write("trainbox fault: injected crash\n")
@@ -156,6 +214,9 @@ KINDS: Dict[str, Callable[[], None]] = {
     "raise": raise_error,
     "sigkill": sigkill_self,
     "finish-during-incident": finish_during_incident,
+    "loader": hang_in_dataloader,
+    "cc": compile_with_cc,
+    "cache": compile_into_inductor_cache,
 }
 
 
@@ -222,8 +283,9 @@ def point(site: str, **context: object) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
 
-    ``--phase-timeout`` declares a phase ``slow`` of that budget before step
-    ``--slow-step`` and then stays silent for ``--slow-seconds``. ``--chatter N``
+    ``--phase-timeout`` declares a phase (``--slow-phase``, default ``slow``) of
+    that budget before step ``--slow-step`` (fault site ``slow``) and then stays
+    silent for ``--slow-seconds``. ``--chatter N``
     prints N more bytes per step (a chatty trainer that fills its output pipe).
     """
     from trainbox import heartbeat
@@ -234,13 +296,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--slow-step", type=int, default=-1)
     parser.add_argument("--slow-seconds", type=float, default=0.0)
     parser.add_argument("--phase-timeout", type=float, default=None)
+    parser.add_argument("--slow-phase", default="slow")
     parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
     parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
     args = parser.parse_args(argv)
     time.sleep(args.silent_start)
+    point("start")
     for step in range(args.steps):
         if step == args.slow_step:
-            heartbeat.beat("slow", step=step, timeout=args.phase_timeout, force=True)
+            heartbeat.beat(args.slow_phase, step=step, timeout=args.phase_timeout, force=True)
+            point("slow", step=step)
             time.sleep(args.slow_seconds)
         heartbeat.beat("train", step=step, timeout=None, force=True)
         print(f"step {step}", flush=True)

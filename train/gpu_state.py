@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import List, Sequence, Set, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 #: Kernel messages worth keeping: the AMD driver and its compute interface, DRM, GPU resets and ring
 #: timeouts, hung tasks (a process stuck in the driver), NVIDIA's NVRM/Xid reports.
@@ -129,3 +129,19 @@ def read(timeout: float = READ_TIMEOUT_S) -> GpuState:
     smi = _smi_output(deadline)
     kernel = "== kernel messages (amdgpu, kfd, DRM, resets, hangs)\n" + _kernel_messages(deadline)
     return GpuState(smi=smi, kernel=kernel)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    ok: bool
+    text: str  # stdout when ok, else one line saying why there is none
+    hung: bool  # it did not answer within its time (the driver may be hung)
+
+
+def query(argv: Sequence[str], timeout: float) -> Optional[ToolResult]:
+    """Run one GPU tool with :func:`_run`'s timeout and clean-up; None when it is not installed."""
+    if shutil.which(argv[0]) is None:
+        return None
+    given_up_before = set(_abandoned)
+    ok, text = _run(argv, timeout)
+    return ToolResult(ok, text, hung=bool(_abandoned - given_up_before))

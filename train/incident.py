@@ -5,7 +5,10 @@
 * ``summary.json``: which budget ran out, how long the child was silent, the
   last beat, and how each process's stack was obtained; under torchrun also
   ``silent_ranks`` and each rank's silence, budget and last beat (:mod:`trainbox.ranks`),
-  whose ``pid`` names that rank's stack file;
+  whose ``pid`` names that rank's stack file; and the stall's ``cause``
+  with the ``evidence`` that decided it (:mod:`trainbox.causes`);
+* ``evidence.json``: the samples of the silent tree the cause was judged from
+  (:mod:`trainbox.evidence`);
 * ``processes.json`` and ``processes.txt``: the tree with states, CPU times, threads;
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
@@ -30,7 +33,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
@@ -42,6 +45,9 @@ PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
 #: py-spy dumps at most this many processes at once.
 PY_SPY_PARALLEL = 8
+
+#: Classifies a stall from its stacks (pid -> text) and kernel messages; returns fields for summary.json.
+Diagnose = Callable[[Mapping[int, str], str], Dict[str, Any]]
 
 
 def _py_spy() -> Optional[str]:
@@ -158,17 +164,21 @@ def write_incident(
     last_beat: Optional[Dict[str, Any]],
     output_tail: bytes,
     dumps: Optional[Numbering],
+    samples: Sequence[Dict[str, Any]] = (),
+    diagnose: Optional[Diagnose] = None,
 ) -> Dict[str, Any]:
     """Write the report for one stall into ``directory``; return its summary (also in summary.json).
 
     ``dumps`` names the faulthandler dump of each pid (``RunDir.stack_dump``).
+    ``samples`` go to evidence.json; ``diagnose`` is called once with the stacks
+    just collected (nothing is dumped twice) and its fields join the summary.
     """
     started = time.monotonic()
     directory = Path(directory)
     staging = IncidentDir(directory.with_name(f".{directory.name}.partial"))
     shutil.rmtree(staging.root, ignore_errors=True)
     try:
-        summary = _assemble(staging, tree, reason, last_beat, output_tail, dumps, started)
+        summary = _assemble(staging, tree, reason, last_beat, output_tail, dumps, started, samples, diagnose)
         # rename() replaces an empty directory silently: a report that exists is refused instead.
         if directory.exists():
             raise FileExistsError(errno.EEXIST, "an incident report of this name exists", str(directory))
@@ -188,6 +198,8 @@ def _assemble(
     output_tail: bytes,
     dumps: Optional[Numbering],
     started: float,
+    samples: Sequence[Dict[str, Any]],
+    diagnose: Optional[Diagnose],
 ) -> Dict[str, Any]:
     """Write every file of the report into ``staging``; return the summary."""
     staging.stack.directory.mkdir(parents=True)
@@ -207,8 +219,11 @@ def _assemble(
     gpu = gpu_state.read()
     staging.kernel.write_text(gpu.kernel)
     staging.gpu.write_text(gpu.smi)
+    staging.evidence.write_text(json.dumps(list(samples), indent=1, sort_keys=True, default=str))
 
     summary = dict(reason)
+    if diagnose is not None:
+        summary.update(diagnose({pid: text for pid, (text, _) in stacks.items() if text is not None}, gpu.kernel))
     summary.update(
         processes=len(rows),
         stacks=how,

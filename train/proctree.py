@@ -70,6 +70,65 @@ def die_with_parent() -> Callable[[], None]:
     return arm
 
 
+#: Whether the kernel lists each thread's children (``/proc/PID/task/TID/children``, CONFIG_PROC_CHILDREN).
+#: Reading those costs a few file reads per process of the tree; psutil's ``children()`` reads the
+#: stat of every process on the machine (hundreds on a workstation), which the evidence sampler
+#: (:mod:`trainbox.evidence`) would pay every few seconds.
+_CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def _child_pids(pid: int) -> List[int]:
+    found: List[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError):
+            continue  # the thread ended
+    return found
+
+
+def children(proc: psutil.Process) -> List[psutil.Process]:
+    """The direct children of ``proc`` (none when it is gone)."""
+    if _CHILDREN_FILES:
+        return _processes(_child_pids(proc.pid))
+    try:
+        return proc.children()
+    except psutil.Error:
+        return []
+
+
+def descendants(proc: psutil.Process) -> List[psutil.Process]:
+    """Every process below ``proc`` (none when it is gone)."""
+    if not _CHILDREN_FILES:
+        try:
+            return proc.children(recursive=True)
+        except psutil.Error:
+            return []
+    found: Dict[int, None] = {}  # ordered, and a set
+    pending = [proc.pid]
+    while pending:
+        for child in _child_pids(pending.pop()):
+            if child not in found:
+                found[child] = None
+                pending.append(child)
+    return _processes(found)
+
+
+def _processes(pids: Iterable[int]) -> List[psutil.Process]:
+    found = []
+    for pid in pids:
+        try:
+            found.append(psutil.Process(pid))
+        except psutil.Error:
+            continue  # ended since it was listed
+    return found
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -97,17 +156,14 @@ class ProcessTree:
         try:
             root = psutil.Process(self.root_pid)
             self._remember(root)
-            for proc in root.children(recursive=True):
+            for proc in descendants(root):
                 self._remember(proc)
         except psutil.Error:
             pass
         for orphan in self._adopted_orphans():
             self._remember(orphan)
-            try:
-                for proc in orphan.children(recursive=True):
-                    self._remember(proc)
-            except psutil.Error:
-                pass
+            for proc in descendants(orphan):
+                self._remember(proc)
         return self.alive()
 
     def _adopted_orphans(self) -> Iterable[psutil.Process]:
@@ -120,7 +176,7 @@ class ProcessTree:
         """
         own_tools = gpu_state.abandoned()
         try:
-            return [p for p in psutil.Process().children() if p.pid != self.root_pid and p.pid not in own_tools]
+            return [p for p in children(psutil.Process()) if p.pid != self.root_pid and p.pid not in own_tools]
         except psutil.Error:
             return []
 

@@ -19,7 +19,10 @@ from typing import Any, Dict, List, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trainbox.causes import Cause
 from trainbox.errors import UserError
+from trainbox.restart import Retry
+from trainbox.supervisor_settings import COMPILE_CAP, IDLE_TIMEOUT
 
 PROFILES_DIR_ENV = "TRAIN_PROFILES_DIR"
 #: A setting decided per device at run time (workers, amp).
@@ -62,6 +65,13 @@ class Profile(BaseModel):
     stall_timeout: float = Field(gt=0, description="seconds allowed between beats")
     val_timeout: float = Field(gt=0, description="seconds a validation pass may stay silent")
     save_timeout: float = Field(gt=0, description="seconds a checkpoint save may stay silent")
+    # Defaults from the one settings table (--idle-timeout, --compile-cap), which the options override.
+    idle_timeout: float = Field(default=IDLE_TIMEOUT.number, ge=0, description=IDLE_TIMEOUT.help)
+    compile_cap: float = Field(default=COMPILE_CAP.number, ge=0, description=COMPILE_CAP.help)
+    stall_retry: Dict[str, List[Retry]] = Field(
+        default_factory=dict,
+        description="cause -> retries for its 1st, 2nd, ... stall in a row, replacing trainbox.restart.RETRIES' row",
+    )
     fallback: Optional[str] = Field(default=None, description="profile the next attempt uses after a stall")
     startup_fallback: Optional[str] = Field(
         default=None,
@@ -92,6 +102,12 @@ class Profile(BaseModel):
             raise ValueError("compile needs spawn or forkserver workers (fork after compiling deadlocks)")
         if self.name in (self.fallback, self.startup_fallback):
             raise ValueError("a fallback names the profile itself")
+        causes = [c.value for c in Cause]
+        for cause, retries in self.stall_retry.items():
+            if cause not in causes:
+                raise ValueError(f"stall_retry: unknown cause {cause!r}: choose from {', '.join(causes)}")
+            if not retries:
+                raise ValueError(f"stall_retry: {cause}: give at least one retry")
         return self
 
 

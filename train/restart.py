@@ -16,16 +16,27 @@ The rules, in the order they are applied:
    restarted; two in a row with the same command mean the command cannot start
    (a typo, an import error, bad arguments), and restarting again would spend
    the restart budget and bury the error under identical reports;
-3. no restart left (``max_restarts``): ``GAVE_UP``;
-4. otherwise ``RESTART`` after the **backoff rule**'s delay.
+3. the **repeat rule**: a stall at the same place as the attempt before (the
+   same heartbeat position, :func:`position`, on the same profile) when there is
+   nothing else left to try (``last_rung``) is ``GAVE_UP`` at once. Ray calls a
+   hang terminal because "a deterministic hang would usually just hang again";
+   the second identical stall proves it, and the remaining restarts would only
+   repeat it;
+4. no restart left (``max_restarts``): ``GAVE_UP``;
+5. otherwise ``RESTART`` after the **backoff rule**'s delay.
+
+What the next attempt runs after a stall is chosen by the stall's cause
+(:func:`retry_for` and the ``RETRIES`` table; a profile may override it with
+its ``stall_retry`` key); :class:`trainbox.ladder.ProfileLadder` carries it out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+from trainbox.causes import Cause
 from trainbox.supervisor_settings import SupervisorSettings
 
 #: Attempts in a row without a beat that make the run a configuration error (see the no-beat rule).
@@ -77,6 +88,8 @@ class Counters:
     no_beat_streak: int = 0
     #: Quick failures in a row, counting the last one (the backoff rule's exponent).
     failures: int = 0
+    #: Where the last attempt stalled (``Outcome.detail["at"]``), None when it did not (the repeat rule).
+    stalled_at: Optional[str] = None
 
     def published(self) -> Dict[str, int]:
         return {"restarts": self.restarts, "stalls": self.stalls, "crashes": self.crashes}
@@ -97,6 +110,24 @@ class Counters:
         return replace(self, no_beat_streak=self.no_beat_streak + 1 if beats == 0 else 0, failures=failures)
 
 
+def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -> Optional[str]:
+    """Where a child stands by its last beat: ``"phase val, epoch 3 batch 0"``, ``"phase train, step 40"``.
+
+    None before the first beat (the no-beat rule covers those). The profile is
+    part of the place: the same batch on another rung is another try.
+    """
+    if not beat:
+        return None
+    parts = [f"phase {beat['phase']}"] if beat.get("phase") is not None else []
+    if "epoch" in beat or "batch" in beat:
+        parts.append(f"epoch {beat.get('epoch', '?')} batch {beat.get('batch', '?')}")
+    elif "step" in beat:
+        parts.append(f"step {beat['step']}")
+    if profile:
+        parts.append(f"profile {profile}")
+    return ", ".join(parts) or None
+
+
 class Verdict(str, Enum):
     SUCCEEDED = "succeeded"
     STOPPED = "stopped"
@@ -111,6 +142,8 @@ class Decision:
     counters: Counters
     #: Seconds to wait before the next attempt (``RESTART`` only).
     delay_s: float = 0.0
+    #: Why the run gives up (``GAVE_UP`` only): the ``give_up`` event's ``reason``.
+    reason: str = ""
 
 
 def backoff_s(failures: int, settings: SupervisorSettings) -> float:
@@ -124,16 +157,78 @@ def backoff_s(failures: int, settings: SupervisorSettings) -> float:
     return min(settings.backoff_max_s, settings.backoff_s * 2 ** max(0, failures - 1))
 
 
-def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings) -> Decision:
-    """The next step after ``outcome`` (see the module docstring for the rules)."""
+def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, last_rung: bool = True) -> Decision:
+    """The next step after ``outcome`` (see the module docstring for the rules).
+
+    ``last_rung``: the attempt after this one would run the same profile (the planner has nothing else to try).
+    """
     if outcome.kind is OutcomeKind.STOPPED:
         return Decision(Verdict.STOPPED, counters)
     if outcome.succeeded:
         return Decision(Verdict.SUCCEEDED, counters)
-    counters = counters.after_failure(outcome.beats)
+    at = outcome.detail.get("at") if outcome.kind is OutcomeKind.STALLED else None
+    repeated = at is not None and at == counters.stalled_at
+    counters = replace(counters.after_failure(outcome.beats), stalled_at=at)
     if counters.no_beat_streak >= NO_BEAT_ATTEMPTS:
         return Decision(Verdict.MISCONFIGURED, counters)
+    if repeated and last_rung:
+        cause = outcome.detail.get("cause") or Cause.UNKNOWN.value
+        return Decision(Verdict.GAVE_UP, counters, reason=f"stalls again at {at} (cause {cause}) with nothing left to try")
     if counters.restarts >= settings.max_restarts:
-        return Decision(Verdict.GAVE_UP, counters)
+        return Decision(Verdict.GAVE_UP, counters, reason="restart budget spent")
     delay = backoff_s(counters.failures, settings)
     return Decision(Verdict.RESTART, replace(counters, restarts=counters.restarts + 1), delay)
+
+
+class Retry(str, Enum):
+    """What the attempt after a stall runs (the ``restart`` event's ``retry``)."""
+
+    LADDER = "ladder"  # the profile's fallback; its startup_fallback for a stall before the first batch
+    SAME = "same"  # the same profile again
+    NATIVE = "native"  # the first rung below with PyTorch's own convolutions (safe-native): nothing to compile
+    GPU_RELEASE = "gpu_release"  # wait until the killed tree's GPU memory is released, then the same profile
+
+
+#: The retries for a cause's first, second, ... stall in a row on one profile; the last one repeats.
+#: A deadlocked loader needs fewer workers; a compile past the cap will not finish faster on a retry, so
+#: skip it (and warm the cache with `trainbox warmup`); a GPU that still holds the dead tree's memory gets
+#: time to release it and one more try before FP32/native convolutions; a busy spin may be a one-off.
+RETRIES: Dict[Cause, Tuple[Retry, ...]] = {
+    Cause.LOADER_DEADLOCK: (Retry.LADDER,),
+    Cause.KERNEL_COMPILE: (Retry.NATIVE,),
+    Cause.GPU_WAIT: (Retry.GPU_RELEASE, Retry.NATIVE),
+    Cause.BUSY_PYTHON: (Retry.SAME, Retry.LADDER),
+    Cause.BUSY_NATIVE: (Retry.SAME, Retry.LADDER),
+    Cause.IO_WAIT: (Retry.LADDER,),
+    Cause.IDLE: (Retry.LADDER,),
+    Cause.UNKNOWN: (Retry.LADDER,),
+}
+
+
+def hint(cause: Optional[str]) -> str:
+    """What the user can do about a cause, appended to the ``restart`` event's ``reason`` ('' when nothing)."""
+    return "; run `trainbox warmup` to compile the kernels ahead" if cause == Cause.KERNEL_COMPILE.value else ""
+
+
+def retry_for(cause: Optional[str], earlier: int, overrides: Optional[Mapping[str, Sequence[Retry]]] = None) -> Retry:
+    """The retry after a stall of ``cause`` that follows ``earlier`` stalls of that cause in a row on this profile.
+
+    ``overrides`` (a profile's ``stall_retry``) replaces the table's row for the causes it names.
+    """
+    known = cause if cause in {c.value for c in Cause} else Cause.UNKNOWN.value
+    row = (overrides or {}).get(known) or RETRIES[Cause(known)]
+    return row[min(earlier, len(row) - 1)]
+
+
+class CauseStreak:
+    """Stalls in a row with the same cause (on one rung: the planner starts a new streak when it moves)."""
+
+    def __init__(self) -> None:
+        self.cause: Optional[str] = None
+        self.length = 0
+
+    def count(self, cause: Optional[str]) -> int:
+        """How many stalls of ``cause`` came right before this one; this one is then counted."""
+        earlier = self.length if cause == self.cause else 0
+        self.cause, self.length = cause, earlier + 1
+        return earlier

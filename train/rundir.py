@@ -108,7 +108,10 @@ class _Layout:
 class IncidentDir(_Layout):
     """``incidents/<session>-<attempt>/``: what a stalled run looked like (see :mod:`trainbox.incident`)."""
 
-    summary = Entry("summary.json", "which budget ran out, how long the child was silent, how stacks were obtained")
+    summary = Entry(
+        "summary.json", "which budget ran out, how long the child was silent, how stacks were obtained, cause and evidence"
+    )
+    evidence = Entry("evidence.json", "the samples of the silent tree the cause was judged from")
     processes_json = Entry("processes.json", "the process tree with states, CPU times, threads")
     processes_txt = Entry("processes.txt", "the same tree, for reading")
     stack = Numbered("stacks/<pid>.txt", "all threads' Python stacks of one process of the tree")
@@ -136,8 +139,8 @@ class RunDir(_Layout):
     stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
     incident_dir = Numbered(
         "incidents/<session>-<attempt>/",
-        "the report written for a stall, before anything was killed; `<session>` is the supervisor's start "
-        "(UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
+        "the report written for a stall, before anything was killed (its cause and evidence in `summary.json`); "
+        "`<session>` is the supervisor's start (UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
     )
     supervisor_hang = Numbered(
         "incidents/<session>-supervisor.txt",

@@ -3,6 +3,7 @@
 Shaped after torchelastic's agent: a spec validated on creation, a state enum
 that documents the machine, and a ``run()`` that always cleans up. What to do
 after an attempt ends is decided by :mod:`trainbox.restart` (a pure policy),
+whether a silence is a stall by :mod:`trainbox.silence` (budget, idleness, compile progress),
 the settings and their rules are :mod:`trainbox.supervisor_settings`, and
 every path of the run directory is named by :class:`trainbox.rundir.RunDir`.
 
@@ -38,17 +39,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from trainbox import errors, faults, heartbeat, incident, interrupt, proctree, ranks, report, watchdog
+from trainbox import errors, faults, gpu_release, heartbeat, incident, interrupt, proctree, ranks, report, restart, watchdog
 from trainbox.atomic import write_text_atomic
 from trainbox.budgets import Budget, BudgetPolicy
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull, ExitCode, Stuck
 from trainbox.events import EventLog, device_fields, read_events
 from trainbox.output import OutputTee, say
 from trainbox.progress_log import ProgressLog
-from trainbox.restart import Counters, Outcome, OutcomeKind, Verdict, decide
+from trainbox.restart import CauseStreak, Counters, Outcome, OutcomeKind, Retry, Verdict, decide, retry_for
 from trainbox.rundir import RunDir
 from trainbox.runlock import RunLock
-from trainbox.supervisor_settings import STALL_TIMEOUT, STARTUP_TIMEOUT, SupervisorSettings
+from trainbox.silence import Action, Call, Limits, SilenceWatch, extension, stall_line
+from trainbox.supervisor_settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS, SupervisorSettings
 
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
 POLL_S = 0.5
@@ -62,9 +64,10 @@ class State(str, Enum):
 
     STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
     STARTING | RUNNING --exit != 0--------------> CRASHED
-    STARTING | RUNNING --budget spent-----------> STALLED  (incident written, tree killed)
+    STARTING | RUNNING --budget spent or idle---> STALLED  (incident written, tree killed; trainbox.silence)
+    STARTING | RUNNING --the same, with --on-stall report--> unchanged (incident written once per silence)
     CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
-    CRASHED | STALLED --restart budget spent----> GAVE_UP
+    CRASHED | STALLED --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
 
     The arrows out of CRASHED and STALLED are :func:`trainbox.restart.decide`'s.
@@ -104,12 +107,23 @@ class Launch:
     stall_timeout: float
     profile: Optional[str] = None
     env: Mapping[str, str] = field(default_factory=dict)
+    idle_timeout: float = IDLE_TIMEOUT.number
+    compile_cap: float = COMPILE_CAP.number
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise ValueError("no command to supervise: give it after '--'")
-        STARTUP_TIMEOUT.check(self.startup_timeout)
-        STALL_TIMEOUT.check(self.stall_timeout)
+        for setting in LAUNCH_SETTINGS:
+            setting.check(getattr(self, setting.field))
+
+
+@dataclass(frozen=True)
+class Next:
+    """The attempt after a failed one: its launch, the retry a stall's cause chose, and why (``restart.reason``)."""
+
+    launch: Launch
+    retry: Optional[Retry] = None
+    reason: str = ""
 
 
 class Planner:
@@ -117,13 +131,19 @@ class Planner:
 
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
+        self.streak = CauseStreak()
 
     def first(self) -> Launch:
         return self.launch
 
-    def after(self, outcome: Outcome) -> Launch:
-        """The launch for the attempt after one that ended as ``outcome`` (a stall or a crash)."""
-        return self.launch
+    def after(self, outcome: Outcome) -> Next:
+        """The attempt after one that ended as ``outcome`` (a stall or a crash): always the same command."""
+        if outcome.kind is not OutcomeKind.STALLED:
+            return Next(self.launch, reason="crash: the same command again")
+        cause = outcome.detail.get("cause") or "unknown"
+        if retry_for(cause, self.streak.count(cause)) is Retry.GPU_RELEASE:
+            return Next(self.launch, Retry.GPU_RELEASE, f"{cause}: the same command, after the GPU memory is released")
+        return Next(self.launch, Retry.SAME, f"{cause}: the same command again{restart.hint(cause)}")
 
 
 @dataclass(frozen=True)
@@ -147,6 +167,7 @@ class Running:
     tree: proctree.ProcessTree
     tee: OutputTee
     beats: ranks.JobBeats
+    watch: SilenceWatch
 
 
 class Supervisor:
@@ -224,27 +245,32 @@ class Supervisor:
             outcome = self._attempt(attempt, launch, policy)
             if self._stop_signal is not None and not outcome.succeeded:
                 outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
-            decision = decide(outcome, self.counters, self.settings)
+            following = None if outcome.succeeded or outcome.kind is OutcomeKind.STOPPED else planner.after(outcome)
+            last_rung = following is None or (following.launch.profile, following.launch.argv) == (launch.profile, launch.argv)
+            decision = decide(outcome, self.counters, self.settings, last_rung)
             self.counters = decision.counters
             if decision.verdict is Verdict.STOPPED:
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal", outcome)
             if decision.verdict is Verdict.SUCCEEDED:
                 return self._finish(attempt, ExitCode.OK, State.SUCCEEDED, "completed", outcome)
+            assert following is not None  # any other ending was a failure, and the planner has planned its retry
             history.append(self._describe(outcome, launch))
             if decision.verdict is Verdict.MISCONFIGURED:
                 return self._misconfigured(attempt, outcome)
             if decision.verdict is Verdict.GAVE_UP:
-                return self._give_up(attempt, history)
-            next_launch = planner.after(outcome)
+                return self._give_up(attempt, history, decision.reason)
+            next_launch = following.launch
             if next_launch.profile != launch.profile or next_launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(next_launch)
-            if self._back_off(attempt + 1, outcome, launch, next_launch, decision.delay_s):
+            if self._back_off(attempt + 1, outcome, launch, following, decision.delay_s):
                 return self._finish(attempt, self._signal_code(), State.STOPPED, "stopped by signal")
             attempt += 1
             launch = next_launch
 
-    def _back_off(self, attempt: int, after: Outcome, previous: Launch, launch: Launch, delay: float) -> bool:
+    def _back_off(self, attempt: int, after: Outcome, previous: Launch, following: Next, delay: float) -> bool:
         """Announce ``attempt`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
+        launch = following.launch
+        released = gpu_release.wait(after.detail.get("pids", []), self._sleep) if following.retry is Retry.GPU_RELEASE else {}
         self._emit(
             "restart",
             attempt,
@@ -252,10 +278,14 @@ class Supervisor:
             delay_s=round(delay, 3),
             profile=launch.profile,
             previous_profile=previous.profile,
+            reason=following.reason,
+            retry=following.retry.value if following.retry else None,
+            **released,
         )
         say(
             f"restarting (attempt {attempt}, after {after.kind.value}) in {delay:.1f} s"
             + (f" with profile {launch.profile}" if launch.profile else "")
+            + (f": {following.reason}" if following.retry else "")
         )
         # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
         self._set_state(State.BACKOFF, attempt=attempt, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
@@ -298,11 +328,12 @@ class Supervisor:
     def _attempt(self, attempt: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         self.attempt = attempt
         ranks.clear(self.run_dir)
+        env = self._child_env(attempt, launch)
         try:
             # Popen from the main thread: the child's death signal is tied to the thread that forked it.
             proc = subprocess.Popen(
                 list(launch.argv),
-                env=self._child_env(attempt, launch),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -317,8 +348,10 @@ class Supervisor:
             self.counters = self.counters.counted(failed)
             return failed
         tee = OutputTee(proc.stdout, self.run_dir.attempt_log(attempt), self.spec.echo)
+        tree = proctree.ProcessTree(proc.pid)
         beats = ranks.JobBeats(self.run_dir, policy, time.monotonic())
-        run = Running(attempt, launch, policy, proc, proctree.ProcessTree(proc.pid), tee, beats)
+        watch = SilenceWatch(tree, env, Limits(launch.idle_timeout, launch.compile_cap))
+        run = Running(attempt, launch, policy, proc, tree, tee, beats, watch)
         self._running = run
         launched_at = time.time()
         outcome = Outcome(OutcomeKind.EXITED)
@@ -331,6 +364,8 @@ class Supervisor:
                 pid=proc.pid,
                 startup_timeout_s=launch.startup_timeout,
                 stall_timeout_s=launch.stall_timeout,
+                idle_timeout_s=launch.idle_timeout,
+                compile_cap_s=launch.compile_cap,
             )
             self._set_state(State.STARTING, attempt=attempt, profile=launch.profile, child_pid=proc.pid, launched_ts=launched_at)
             outcome = self._watch(run)
@@ -397,6 +432,7 @@ class Supervisor:
             for progress in progressed:
                 self.progress.observe(run.attempt, progress.previous, progress.silent_s, progress.budget, progress.record)
             if progressed:
+                run.watch.beat()
                 outcome.beats += 1
                 outcome.last_beat = record
                 wall = time.time()
@@ -415,12 +451,12 @@ class Supervisor:
                 return outcome
             lagging = run.beats.lagging(now)  # the job is as far as its slowest rank (or its one process)
             budget, silent = lagging.budget, lagging.silent_s
-            if silent > budget.seconds:
-                outcome.last_beat = lagging.beat or outcome.last_beat  # under torchrun: the silent rank's
-                return self._stalled(run, outcome, budget, silent)
+            stalled = self._judge_silence(run, outcome, budget, silent, lagging.beat)
+            if stalled is not None:
+                return stalled
             tree.scan()
             self._publish(
-                budget={"name": budget.name, "seconds": budget.seconds},
+                budget={"name": budget.name, "seconds": run.watch.budget_s(budget)},  # extended while compiling
                 silent_s=round(silent, 2),
                 last_progress_ts=time.time() - silent,
                 heartbeat=outcome.last_beat,
@@ -428,19 +464,41 @@ class Supervisor:
             )
             time.sleep(min(POLL_S, max(0.05, budget.seconds / 20)))
 
-    def _stalled(self, run: Running, outcome: Outcome, budget: Budget, silent_s: float) -> Outcome:
+    def _judge_silence(
+        self, run: Running, outcome: Outcome, budget: Budget, silent_s: float, silent_beat: Optional[Dict[str, Any]]
+    ) -> Optional[Outcome]:
+        """Judge the silence (:mod:`trainbox.silence`): record an extension, report a stall, or end the attempt.
+
+        ``silent_beat``: the last beat of the rank that is silent (under torchrun), which the stall is about.
+        """
+        call = run.watch.look(silent_s, budget)
+        if call.action is Action.EXTEND:
+            self._publish(force=True, budget={"name": budget.name, "seconds": call.budget_s})  # `health` judges by it at once
+            self._emit("extend", run.attempt, **extension(budget, call, silent_s))
+            say(f"attempt {run.attempt} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
+        if call.action is not Action.STALL or run.watch.reported:
+            return None
+        outcome.last_beat = silent_beat or outcome.last_beat
+        if self.settings.on_stall == "report":  # observe mode: one report per silence, nothing killed
+            run.watch.reported = True
+            self._emit("stall", run.attempt, action="report", **self._report(run, outcome, budget, call, silent_s))
+            return None
+        return self._stalled(run, outcome, budget, call, silent_s)
+
+    def _report(self, run: Running, outcome: Outcome, budget: Budget, call: Call, silent_s: float) -> Dict[str, Any]:
+        """Announce a stall and write its incident report; the ``stall`` event's fields so far."""
         attempt, launch = run.attempt, run.launch
-        budget_name, budget_s = budget.name, budget.seconds
         by_rank = run.beats.report(time.monotonic())  # under torchrun: silent_ranks and each rank's last beat
-        outcome.kind = OutcomeKind.STALLED
-        self.counters = self.counters.counted(outcome)
-        self._set_state(State.STALLED)
         phase = (outcome.last_beat or {}).get("phase")
-        say(
-            f"attempt {attempt} stalled: silent {silent_s:.1f} s > {budget_name} budget {budget_s:.1f} s"
-            + (f" in phase {phase!r}" if phase else "")
-            + "; writing incident report"
-        )
+        say(stall_line(attempt, silent_s, budget, call, run.watch.limits, phase) + "; writing incident report")
+        reason = {
+            "attempt": attempt,
+            "profile": launch.profile,
+            "budget": budget.name,
+            "budget_s": call.budget_s,
+            "silent_s": round(silent_s, 3),
+            "phase": phase,
+        }
         detected = time.monotonic()
         where = self.run_dir.incident_dir(self.session, attempt)
         written: Dict[str, Any] = {"incident": str(where)}
@@ -450,27 +508,47 @@ class Supervisor:
             summary = incident.write_incident(
                 where,
                 tree=run.tree,
-                reason={
-                    "attempt": attempt,
-                    "profile": launch.profile,
-                    "budget": budget_name,
-                    "budget_s": budget_s,
-                    "silent_s": round(silent_s, 3),
-                    "phase": phase,
-                    **by_rank,
-                },
+                reason=dict(reason, **by_rank),
                 last_beat=outcome.last_beat,
                 output_tail=run.tee.tail(),
                 dumps=self.run_dir.stack_dump,
+                samples=run.watch.window.to_json(),
+                diagnose=lambda stacks, kernel: run.watch.diagnose(call, stacks, kernel),
             )
             written["incident_bytes"] = summary["bytes"]
             say(f"incident written to {where} ({summary['write_s']:.1f} s)")
         except OSError as exc:  # a full disk: the report is lost, killing and restarting go on
             say(f"cannot write the incident report to {where}: {exc.strerror or exc}")
             written = {"incident": None, "incident_bytes": 0, "incident_error": f"{exc.strerror or exc}: {exc.filename or where}"}
+        found = run.watch.diagnosis_fields(call)
+        first = (found["evidence"] or ["no evidence"])[0]
+        say(f"attempt {attempt} stall cause: {found['cause']} ({first})")
+        self._publish(force=True, last_stall={"attempt": attempt, "cause": found["cause"], "evidence": first})
+        at = restart.position(outcome.last_beat, launch.profile)
+        fields = {k: v for k, v in reason.items() if k != "attempt"}
+        return dict(
+            fields,
+            **found,
+            **written,
+            silent_ranks=by_rank.get("silent_ranks"),
+            at=at,
+            incident_s=round(time.monotonic() - detected, 3),
+            learned=run.policy.learned(),
+            beats=outcome.beats,
+            first_beat_ts=outcome.first_beat_ts,
+            first_step_ts=outcome.first_step_ts,
+            last_beat=outcome.last_beat,
+        )
+
+    def _stalled(self, run: Running, outcome: Outcome, budget: Budget, call: Call, silent_s: float) -> Outcome:
+        outcome.kind = OutcomeKind.STALLED
+        self.counters = self.counters.counted(outcome)
+        self._set_state(State.STALLED)
+        report = self._report(run, outcome, budget, call, silent_s)
         diagnosed = time.monotonic()
         # The child may have ended by itself while the report was written: an exit 0 then is a success.
         code_before_kill = run.proc.poll()
+        pids = [p.pid for p in run.tree.scan()]
         stuck: Optional[Stuck] = None
         try:
             result = self._end_tree()
@@ -480,33 +558,25 @@ class Supervisor:
         killed = time.monotonic()
         self._emit(
             "stall",
-            attempt,
-            budget=budget_name,
-            budget_s=budget_s,
-            silent_s=round(silent_s, 3),
-            phase=phase,
-            profile=launch.profile,
-            incident_s=round(diagnosed - detected, 3),
+            run.attempt,
+            action="restart",
             kill_s=round(killed - diagnosed, 3),
             killed_ts=round(time.time(), 3),
             sigkilled=result["killed"],
             survivors=result["survivors"],
-            learned=run.policy.learned(),
-            beats=outcome.beats,
-            first_beat_ts=outcome.first_beat_ts,
-            first_step_ts=outcome.first_step_ts,
-            last_beat=outcome.last_beat,
             code_before_kill=code_before_kill,
-            silent_ranks=by_rank.get("silent_ranks"),
-            **written,
+            **report,
         )
         if stuck is not None:
             self._running = None  # nothing more can be done to it: the attempt's clean-up must not try for another grace
             raise stuck
         say(f"tree killed in {killed - diagnosed:.1f} s")
-        outcome.detail.update(budget=budget_name, budget_s=budget_s, silent_s=silent_s, phase=phase, incident=written["incident"])
+        outcome.detail.update(
+            {k: report[k] for k in ("budget", "budget_s", "silent_s", "phase", "incident", "cause", "evidence", "at", "rule")},
+            pids=pids,
+        )
         if code_before_kill == 0:
-            say(f"attempt {attempt} completed (exit status 0) while its incident report was written")
+            say(f"attempt {run.attempt} completed (exit status 0) while its incident report was written")
             outcome.kind, outcome.code = OutcomeKind.EXITED, 0
         return outcome
 
@@ -531,7 +601,8 @@ class Supervisor:
             d = outcome.detail
             phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
             budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
-            return f"stall{phase}{profile} ({budget}, report {d['incident'] or 'not written'})"
+            cause = f"cause {d['cause']}: {(d['evidence'] or ['no evidence'])[0]}; "
+            return f"stall{phase}{profile} ({cause}{budget}, report {d['incident'] or 'not written'})"
         return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
 
     def _stuck(self, stuck: Stuck) -> int:
@@ -570,14 +641,14 @@ class Supervisor:
         )
         return ExitCode.MISCONFIGURED
 
-    def _give_up(self, attempt: int, history: List[str]) -> int:
+    def _give_up(self, attempt: int, history: List[str], reason: str) -> int:
         self._set_state(State.GAVE_UP)
         counts = self.counters
-        self._emit("give_up", attempt, reason="restart budget spent", **counts.published())
+        self._emit("give_up", attempt, reason=reason, **counts.published())
         self._emit("exit", attempt, code=ExitCode.GAVE_UP, reason="gave up", **counts.published())
         say(
             f"giving up after {attempt + 1} attempts and {counts.restarts} restart(s) "
-            f"(--max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
+            f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
             f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
             f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )

@@ -6,7 +6,8 @@ takes its defaults from it and validates every value against it on creation,
 and ``Launch`` checks its two budgets with the same rules. A bad value is an
 error that names the flag, never quietly adjusted: nan and inf are refused
 everywhere (no budget, delay or count is infinite), and each setting says its
-own lower bound.
+own lower bound. A setting may be a choice of words instead of a number
+(``--on-stall restart|report``): then ``choices`` lists them.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional, Tuple, Union
 
 Number = Union[int, float]
+#: What a setting holds: a number, or one of its ``choices``.
+Value = Union[int, float, str]
 
 
 @dataclass(frozen=True)
@@ -25,15 +28,17 @@ class Setting:
 
     field: str
     flag: str
-    default: Number
+    default: Value
     help: str
     #: The smallest value accepted; ``above`` makes it exclusive (a budget of 0 s means nothing).
-    minimum: Number
+    minimum: Number = 0
     above: bool = False
     #: A count (int) rather than seconds or a factor (float).
     whole: bool = False
     #: ``python -m trainbox run`` leaves it unset by default: the profile supplies it.
     profile_supplies: bool = False
+    #: The words accepted, for a choice rather than a number (the first is not implied: ``default`` is).
+    choices: Tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
@@ -42,10 +47,26 @@ class Setting:
 
     @property
     def rule(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
         return f"{'>' if self.above else '>='} {self.minimum:g}"
+
+    @property
+    def number(self) -> Number:
+        """The default of a number setting, typed as one (a choice has none)."""
+        if isinstance(self.default, str):
+            raise TypeError(f"{self.flag} is a choice, not a number")
+        return self.default
+
+    @property
+    def default_text(self) -> str:
+        """The default as ``--help`` shows it."""
+        return self.default if isinstance(self.default, str) else f"{self.default:g}"
 
     def problem(self, value: object) -> Optional[str]:
         """Why ``value`` is refused (one phrase), or None when it is acceptable."""
+        if self.choices:
+            return None if value in self.choices else f"must be {self.rule}, got {value!r}"
         kinds = (int,) if self.whole else (int, float)
         wanted = f"{'a whole number' if self.whole else 'a finite number'} {self.rule}"
         if isinstance(value, bool) or not isinstance(value, kinds):
@@ -54,17 +75,21 @@ class Setting:
             return f"must be {wanted}, got {value:g}"
         return None
 
-    def check(self, value: Number) -> Number:
+    def check(self, value: Value) -> Value:
         """``value`` when acceptable, else ValueError with one line naming the flag."""
         problem = self.problem(value)
         if problem:
             raise ValueError(f"{self.flag} {problem}")
         return value
 
-    def from_text(self, text: str) -> Number:
+    def from_text(self, text: str) -> Value:
         """argparse's ``type``: the parsed, checked value (argparse names the flag in its error)."""
+        if self.choices:
+            if text not in self.choices:
+                raise argparse.ArgumentTypeError(f"must be {self.rule}, got {text!r}")
+            return text
         try:
-            value: Number = int(text) if self.whole else float(text)
+            value: Value = int(text) if self.whole else float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {'a whole number' if self.whole else 'a number'}, got {text!r}") from None
         problem = self.problem(value)
@@ -75,7 +100,7 @@ class Setting:
     def add_to(self, parser: argparse.ArgumentParser, profile_defaults: bool = False) -> None:
         """Add the option; with ``profile_defaults``, one the profile supplies is unset by default."""
         unset = profile_defaults and self.profile_supplies
-        default_text = "the profile's" if unset else f"{self.default:g}"
+        default_text = "the profile's" if unset else self.default_text
         parser.add_argument(
             self.flag,
             type=self.from_text,
@@ -106,6 +131,33 @@ HUNG_AFTER = Setting(
 LEARNED_MIN_SAMPLES = Setting(
     "learned_min_samples", "--learned-min-samples", 20, "intervals to see in a phase before learning its budget", 1, whole=True
 )
+#: 120 s: long enough that no working phase keeps the whole tree that quiet (a cold MIOpen compile burns a core,
+#: a slow disk shows I/O, a GPU kernel keeps the GPU busy), short enough that a deadlock costs minutes, not the
+#: 20 of a 1200 s startup or validation budget. See trainbox.silence.
+IDLE_TIMEOUT = Setting(
+    "idle_timeout",
+    "--idle-timeout",
+    120.0,
+    "seconds the whole silent tree may stay idle (no CPU, I/O, cache growth) before it is stalled; 0 disables",
+    0,
+    profile_supplies=True,
+)
+#: Two hours: a cold MIOpen cache for a new model and image size has been seen to take over an hour on gfx1010.
+COMPILE_CAP = Setting(
+    "compile_cap",
+    "--compile-cap",
+    7200.0,
+    "seconds of silence a kernel compile that shows progress may extend its budget to; 0: never extend",
+    0,
+    profile_supplies=True,
+)
+ON_STALL = Setting(
+    "on_stall",
+    "--on-stall",
+    "restart",
+    "restart: kill the stalled tree and restart; report: write the incident and a stall event, kill nothing",
+    choices=("restart", "report"),
+)
 
 #: Every supervisor setting, in the order ``--help`` lists them.
 SETTINGS = (
@@ -119,9 +171,12 @@ SETTINGS = (
     LEARNED_FLOOR,
     LEARNED_MIN_SAMPLES,
     HUNG_AFTER,
+    IDLE_TIMEOUT,
+    COMPILE_CAP,
+    ON_STALL,
 )
-#: The two budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
-LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT)
+#: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
+LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
 
 
 def supervisor_settings() -> Iterator[Setting]:
@@ -137,14 +192,15 @@ def add_arguments(parser: argparse.ArgumentParser, profile_defaults: bool = Fals
 class SupervisorSettings:
     """The supervisor's own settings; defaults and rules from ``SETTINGS``."""
 
-    grace_s: float = GRACE.default
-    max_restarts: int = int(MAX_RESTARTS.default)
-    backoff_s: float = BACKOFF.default
-    backoff_max_s: float = BACKOFF_MAX.default
-    learned_factor: float = LEARNED_FACTOR.default
-    learned_floor_s: float = LEARNED_FLOOR.default
-    learned_min_samples: int = int(LEARNED_MIN_SAMPLES.default)
-    hung_after_s: float = HUNG_AFTER.default
+    grace_s: float = GRACE.number
+    max_restarts: int = int(MAX_RESTARTS.number)
+    backoff_s: float = BACKOFF.number
+    backoff_max_s: float = BACKOFF_MAX.number
+    learned_factor: float = LEARNED_FACTOR.number
+    learned_floor_s: float = LEARNED_FLOOR.number
+    learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
+    on_stall: str = str(ON_STALL.default)
+    hung_after_s: float = HUNG_AFTER.number
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():

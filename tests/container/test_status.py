@@ -23,7 +23,8 @@ def make_run(tmp_path: Path) -> Path:
     (run / "state.json").write_text(json.dumps({"state": "running", "attempt": 1, "restarts": 1, "stalls": 1}))
     beat = {"epoch": 3, "batch": 5, "step": 25, "phase": "train", "imgs_per_s": 32.0, "ts": NOW - 4}
     (run / "heartbeat.json").write_text(json.dumps(beat))
-    events = [{"event": "start", "attempt": 0}, {"event": "stall", "attempt": 0}, {"event": "restart", "attempt": 0}]
+    stall = {"event": "stall", "attempt": 0, "cause": "loader_deadlock", "evidence": ["main thread in _try_get_data", "x"]}
+    events = [{"event": "start", "attempt": 0}, stall, {"event": "restart", "attempt": 0}]
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"torn')
     last = run / "train" / "weights" / "last.pt"
     last.write_bytes(b"")
@@ -55,6 +56,7 @@ def test_render_with_deadline(tmp_path: Path) -> None:
     text = "\n".join(lines)
     assert "epoch 3/10, batch 5/10" in text and "32.0 img/s" in text
     assert "restarts  1, stalls 1, crashes 0" in text
+    assert "stall     attempt 0: loader_deadlock (main thread in _try_get_data)" in lines, "the cause and first evidence line"
     assert "last.pt 1m30s old" in text and "health    healthy" in text
     assert "makes it with" in text
     late = status.render(run, status.read(run), None, now + datetime.timedelta(seconds=10), now=NOW)

@@ -9,10 +9,14 @@ from tests.supervised import Finished, survivors, train_cli
 from tests.yolo.conftest import TINY, ChildRun, load_checkpoint
 
 BUDGETS = ("--stall-timeout", "10", "--startup-timeout", "120", "--backoff", "0.5")
+#: The hangs below are also judged by what the silent tree does (tests/test_stalls.py has the rules one by one).
+#: A budget far beyond the idle timeout: what ends the silence is idleness (later options win).
+IDLE = ("--idle-timeout", "6", "--stall-timeout", "120")
 
 
-def _run(run_dir: Path, profile: str, fault: str, demo_data: Path) -> Finished:
-    args: List[str] = ["run", "--profile", profile, "--run-dir", str(run_dir), *BUDGETS, f"data={demo_data}", "epochs=3", *TINY]
+def _run(run_dir: Path, profile: str, fault: str, demo_data: Path, *options: str) -> Finished:
+    args: List[str] = ["run", "--profile", profile, "--run-dir", str(run_dir), *BUDGETS, *options]
+    args += [f"data={demo_data}", "epochs=3", *TINY]
     return train_cli(args, run_dir=run_dir, env={"TRAIN_FAULT": fault}, timeout=480)
 
 
@@ -36,6 +40,9 @@ def test_worker_hang_after_first_checkpoint_falls_back_and_resumes(tmp_path: Pat
     assert [(s["attempt"], s["profile"]) for s in starts] == [(0, "fast"), (1, "balanced")]
     (stall,) = done.of("stall")
     assert stall["attempt"] == 0 and stall["budget"] == "stall"
+    assert stall["cause"] == "loader_deadlock", stall["evidence"]
+    (restart,) = done.of("restart")
+    assert (restart["retry"], restart["reason"]) == ("ladder", "loader_deadlock: down the ladder to balanced")
     assert stall["last_beat"]["phase"] == "train" and stall["last_beat"]["epoch"] == 2
     assert stall["last_beat"]["saved_epoch"] == 1
     output = done.stdout + done.stderr
@@ -47,10 +54,12 @@ def test_worker_hang_after_first_checkpoint_falls_back_and_resumes(tmp_path: Pat
 
 
 def test_hang_right_after_validation_resumes_from_last_checkpoint(tmp_path: Path, demo_data: Path) -> None:
-    done = _run(tmp_path / "run", "safe", "sleep@val_end,attempt=0,epoch=2", demo_data)
+    done = _run(tmp_path / "run", "safe", "sleep@val_end,attempt=0,epoch=2", demo_data, *IDLE)
     _assert_completed_every_epoch(done)
     (stall,) = done.of("stall")
     assert stall["last_beat"]["phase"] == "train"  # validation ended: the stall budget, not val_timeout
+    assert (stall["rule"], stall["cause"]) == ("idle", "idle"), "found by idleness, long before the 120 s budget"
+    assert stall["silent_s"] < 60 and done.of("restart")[0]["reason"] == "idle: safe again: no rung left below it"
     assert stall["last_beat"]["epoch"] == 2 and stall["last_beat"]["saved_epoch"] == 1
     assert "hang_sleep" in done.stacks(0) and "validate" in done.stacks(0)
     assert [s["profile"] for s in done.of("start")] == ["safe", "safe"]

@@ -1,6 +1,6 @@
 """``invoke status``: where a run stands, from its run directory on the host.
 
-Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls),
+Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls and the last one's cause),
 ``heartbeat.json`` (epoch, batch, throughput; under torchrun the lowest rank's
 ``heartbeats/rank-<rank>.json``) and Ultralytics' ``args.yaml``
 (epochs, batch size); the ETA counts training batches only.
@@ -54,6 +54,17 @@ class Progress:
         if isinstance(counted, int):
             return counted
         return sum(1 for record in self.events if record.get("event") == event)
+
+    def last_stall(self) -> Optional[str]:
+        """The last stall's attempt, cause and first evidence line; None before any (or from an older supervisor)."""
+        stalls = [record for record in self.events if record.get("event") == "stall" and record.get("cause")]
+        if not stalls:
+            return None
+        last = stalls[-1]
+        evidence = last.get("evidence") or ["no evidence"]
+        first = evidence if isinstance(evidence, str) else evidence[0]
+        observed = ", reported only (--on-stall report)" if last.get("action") == "report" else ""
+        return f"attempt {last.get('attempt', '?')}: {last['cause']} ({first}){observed}"
 
 
 def json_object(path: Path) -> Dict[str, Any]:
@@ -160,6 +171,9 @@ def render(
     eta = progress.eta_s()
     lines.append(f"eta       {duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
     lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
+    stall = progress.last_stall()
+    if stall:
+        lines.append(f"stall     {stall}")
     if health:
         lines.append(f"health    {health}")
     checkpoint = progress.checkpoint_mtime
