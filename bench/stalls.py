@@ -415,7 +415,8 @@ def report_ranks(repeat: int, budget: float) -> None:
         f"# Stall of one torchrun rank ({RANKS} ranks, budget {budget:g} s, grace {GRACE_S:g} s, backoff {BACKOFF_S} s, "
         f"{repeat} run(s))",
         "",
-        f"Command: `python bench/stalls.py --repeat 0 --yolo-repeat 0 --cause-repeat 0 --rank-repeat {repeat} --budget {budget:g}`. "
+        "Command: `python bench/stalls.py --repeat 0 --yolo-repeat 0 --cause-repeat 0 "
+        f"--rank-repeat {repeat} --budget {budget:g}`. "
         "`examples/plain_pytorch.py` "
         f"under `torchrun --nproc-per-node {RANKS}` (DDP, gloo, CPU), fault `{RANK_FAULT}`. Medians, [min–max].",
         "",
