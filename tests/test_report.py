@@ -99,10 +99,25 @@ def test_the_view_resumes_where_the_checkpoint_was(stalled_run: Finished) -> Non
     assert "startup" in report.phase_silences(view) and "train" in report.phase_silences(view)
 
 
-def test_cause_and_evidence_are_shown_when_the_incident_has_them(stalled_run: Finished, tmp_path: Path) -> None:
-    """A newer supervisor writes ``cause``/``evidence`` into summary.json: the report reads them from there."""
+def test_the_stall_cause_and_its_first_evidence_line_are_shown(stalled_run: Finished) -> None:
+    """The supervisor classifies every stall (trainbox.causes): its stall event's cause and first evidence line."""
+    stall = stalled_run.of("stall")[0]
+    assert stall["cause"] and stall["evidence"], stall
+    text = html.unescape(RunDir(stalled_run.run_dir).report.read_text())
+    incidents = text.split("Incidents")[1].split("History")[0]
+    assert stall["cause"] in incidents and stall["evidence"][0] in incidents
+
+
+def test_cause_and_evidence_are_read_from_the_incident_when_the_event_lacks_them(stalled_run: Finished, tmp_path: Path) -> None:
+    """An older supervisor's stall event has no cause: the report falls back to the incident's summary.json."""
     copy = tmp_path / "run"
     shutil.copytree(stalled_run.run_dir, copy)
+    history = RunDir(copy).events
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    for record in records:
+        if record["event"] == "stall":
+            record.pop("cause"), record.pop("evidence")
+    history.write_text("".join(json.dumps(record) + "\n" for record in records))
     summary = IncidentDir(copy / "incidents" / Path(stalled_run.of("stall")[0]["incident"]).name).summary
     recorded = json.loads(summary.read_text())
     recorded.update(cause="dataloader worker deadlock", evidence=["worker 4711 blocked in hang_sleep (faults.py:39)", "more"])
