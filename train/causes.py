@@ -45,10 +45,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
-from trainbox.evidence import IDLE_CPU_CORES, IDLE_IO_BYTES_PER_S, ProcSample, Window
+from trainbox.evidence import IDLE_CPU_CORES, IDLE_IO_BYTES_PER_S, SAMPLE_EVERY_S, ProcSample, Window
 
 #: A process above this many cores is busy (a Python spin runs at 1.0; allowance for a loaded machine).
 BUSY_CORES = 0.8
+#: Whether a process works *now* is judged over the last two sampling intervals (and a half, for the samples'
+#: jitter): a silence's first interval often still holds the start of what then hangs (imports, forking the
+#: DataLoader's workers), which must not make a deadlocked loader look busy.
+RECENT_S = 2.5 * SAMPLE_EVERY_S
 #: A D state counts when seen in at least this share of the last samples (a single D is a page fault).
 D_STATE_SHARE = 0.5
 #: How many of the last samples the D-state rule looks at.
@@ -248,6 +252,8 @@ class _Facts:
     demand: Dict[int, float]  # pid -> cores wanted (used + waited for) over the window
     io: Dict[int, float]  # pid -> characters read + written per second over the window
     last: Dict[int, ProcSample]  # pid -> the latest sample
+    recent_demand: Dict[int, float]  # as ``demand``, over the last RECENT_S only
+    recent_io: Dict[int, float]  # as ``io``, over the last RECENT_S only
 
     def stack_of(self, pid: int) -> List[ThreadStack]:
         return self.threads.get(pid, [])
@@ -405,9 +411,9 @@ def _loader_deadlock(facts: _Facts) -> Optional[Diagnosis]:
 
 
 def _working(facts: _Facts, pid: int) -> bool:
-    """The process computes, does I/O, or sits in a file read whose data still trickles in."""
-    io = facts.io.get(pid, 0.0)
-    if facts.demand.get(pid, 0.0) >= BUSY_CORES or io >= IDLE_IO_BYTES_PER_S:
+    """The process computes, does I/O, or sits in a file read whose data still trickles in, lately (RECENT_S)."""
+    io = facts.recent_io.get(pid, 0.0)
+    if facts.recent_demand.get(pid, 0.0) >= BUSY_CORES or io >= IDLE_IO_BYTES_PER_S:
         return True
     return io > 0 and any(_read_frame(t) is not None for t in facts.stack_of(pid))
 
@@ -565,6 +571,8 @@ def classify(window: Window, stacks: Mapping[int, str], main_pid: int, kernel_te
         demand=window.demand_cores(),
         io=window.io_rates(),
         last={p.pid: p for p in last.procs} if last else {},
+        recent_demand=window.demand_cores(RECENT_S),
+        recent_io=window.io_rates(RECENT_S),
     )
     for rule in RULES:
         found = rule(facts)
