@@ -285,6 +285,14 @@ def _proc_sample(pid: int, cmdlines: _Cmdlines) -> Optional[ProcSample]:
     )
 
 
+def _account_name() -> str:
+    """The user's name, as getpass finds it; the uid when there is none (a container run as a uid with no passwd entry)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
 def cache_dirs(env: Mapping[str, str]) -> List[Tuple[str, str]]:
     """(label, path) of every kernel cache the child would write, from its environment, defaults included.
 
@@ -295,7 +303,7 @@ def cache_dirs(env: Mapping[str, str]) -> List[Tuple[str, str]]:
     (``triton/knobs.py``, TRITON_HOME defaults to the home directory).
     """
     home = env.get("HOME") or os.path.expanduser("~")
-    user = env.get("LOGNAME") or env.get("USER") or env.get("LNAME") or env.get("USERNAME") or getpass.getuser()
+    user = env.get("LOGNAME") or env.get("USER") or env.get("LNAME") or env.get("USERNAME") or _account_name()
     defaults = {
         "MIOPEN_USER_DB_PATH": os.path.join(home, ".config", "miopen"),
         "MIOPEN_CUSTOM_CACHE_DIR": os.path.join(home, ".cache", "miopen"),

@@ -129,6 +129,13 @@ def _processes(pids: Iterable[int]) -> List[psutil.Process]:
     return found
 
 
+def _started_at_or_after(proc: psutil.Process, when: float) -> bool:
+    try:
+        return proc.create_time() >= when
+    except psutil.Error:
+        return False
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -143,6 +150,10 @@ class ProcessTree:
         self.root_pid = root_pid
         self.leader_pgid = root_pid
         self._seen: Dict[Tuple[int, float], psutil.Process] = {}
+        try:
+            self._root_started = psutil.Process(root_pid).create_time()
+        except psutil.Error:
+            self._root_started = 0.0
         self.scan()
 
     def _remember(self, proc: psutil.Process) -> None:
@@ -167,16 +178,21 @@ class ProcessTree:
         return self.alive()
 
     def _adopted_orphans(self) -> Iterable[psutil.Process]:
-        """Our children other than the root: descendants re-parented to us, the subreaper.
+        """Our children other than the root, started after it: descendants re-parented to us, the subreaper.
 
         The supervisor starts nothing else that outlives a call, except a
         diagnostic tool it gave up on (a ``rocm-smi`` hung in the driver,
         :func:`trainbox.gpu_state.abandoned`), which is not part of any tree;
-        every other child of ours came from this tree.
+        every other child of ours that started after the root came from this tree. (A process that
+        embeds the supervisor, such as the test suite, may have older children of its own: not ours.)
         """
         own_tools = gpu_state.abandoned()
         try:
-            return [p for p in children(psutil.Process()) if p.pid != self.root_pid and p.pid not in own_tools]
+            return [
+                p
+                for p in children(psutil.Process())
+                if p.pid != self.root_pid and p.pid not in own_tools and _started_at_or_after(p, self._root_started)
+            ]
         except psutil.Error:
             return []
 

@@ -135,7 +135,8 @@ def timeline_chart(view: RunView) -> str:
     axes.grid(alpha=0.3)
     if not series:
         axes.text(0.5, 0.5, "no progress samples (progress.jsonl) in this run", transform=axes.transAxes, ha="center")
-    axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, ncol=6, frameon=False)
+    if axes.get_legend_handles_labels()[0]:  # nothing labelled in a run without samples: no (warning about an) empty legend
+        axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, ncol=6, frameon=False)
     return _png(figure)
 
 

@@ -1,6 +1,6 @@
 """Fixtures: the machine's Docker Engine (engine 1), a second engine (engine 2), the CPU image and one bundle of it.
 
-The CPU image is reused when it exists (tests/container builds it as
+The CPU image is reused when it exists and was built from today's lock (tests/container builds it as
 ``trainbox:cpu``) and built through ``invoke build``'s code otherwise. The
 tests pin it under their own tag, so a rebuild of ``trainbox:cpu`` by another
 test during the session cannot change the image they bundle. Without Docker
@@ -21,7 +21,7 @@ import pytest
 from docker.errors import APIError, ImageNotFound
 
 from tests.bundle.engine2 import SecondEngine
-from trainbox.container import build, bundle, engine, fingerprint
+from trainbox.container import build, bundle, engine, fingerprint, locks
 from trainbox.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,9 +86,13 @@ def cpu_image(engine1: docker.APIClient) -> Iterator[str]:
     """ID of the CPU image, tagged TEST_TAG for the session."""
     ref = fingerprint.image_ref("cpu", ROOT)
     try:
-        image_id = engine1.inspect_image(ref)["Id"]
+        found = engine1.inspect_image(ref)
+        image_id = found["Id"]
     except ImageNotFound:
-        with build_environment():
+        found, image_id = None, ""
+    current_lock = locks.lock_digest(ROOT / "env" / "requirements" / "cpu.lock")
+    if found is None or (found["Config"].get("Labels") or {}).get("io.trainbox.lock-sha256") != current_lock:
+        with build_environment():  # none yet, or one built from an older lock (a stale image of this machine)
             image_id = engine1.inspect_image(build.build("cpu", ROOT, out=sys.stderr))["Id"]
     engine1.tag(image_id, TEST_REPOSITORY, TEST_TAG_NAME)
     yield image_id

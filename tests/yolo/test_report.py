@@ -18,7 +18,7 @@ def test_report_of_a_hung_and_resumed_ultralytics_run(tmp_path: Path, demo_data:
     args = ["run", "--profile", "safe", "--run-dir", str(run_dir), *BUDGETS, f"data={demo_data}", "epochs=3", *TINY]
     done = train_cli(args, run_dir=run_dir, env={"TRAIN_FAULT": "sleep@val_end,attempt=0,epoch=2"}, timeout=480)
     assert done.code == 0, done.stderr[-3000:]
-    assert done.kinds() == ["start", "stall", "restart", "start", "exit"]
+    assert done.kinds() == ["start", "device", "stall", "restart", "start", "device", "exit"]
 
     view = runview.read(run_dir)
     assert [row["epoch"] for row in view.results] == [1, 2, 3], "Ultralytics' results.csv, one row per epoch across attempts"
