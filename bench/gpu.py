@@ -211,7 +211,8 @@ def _versions() -> Dict[str, str]:
 
 def markdown(result: Dict[str, Any], command: str) -> str:
     table = result["variants"]
-    device = table["fast"].get("device") or {}
+    decided_by = next((v for v in VARIANTS if v in table and table[v].get("device")), "fast")
+    device = table.get(decided_by, {}).get("device") or {}
     setup = result["setup"]
     lines = [
         f"# {device.get('description', 'device')}: trainbox profiles against bare Ultralytics",
@@ -226,7 +227,7 @@ def markdown(result: Dict[str, Any], command: str) -> str:
         f"peak {result['memory']} MiB | supervisor CPU share |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name in VARIANTS:
+    for name in (v for v in VARIANTS if v in table):
         row = table[name]
         decided = row.get("device") or {}
         on_gpu = result["memory"] == "GPU"
@@ -238,7 +239,7 @@ def markdown(result: Dict[str, Any], command: str) -> str:
             f"| {shown} | {amp} | {workers} | {span(row['epoch_s'])} | {span(row['speed'], digits=3)} | "
             f"{span(row['first_batch_s'], digits=1)} | {span(row['peak_mib'], digits=0)} | {share} |"
         )
-    fast = table["fast"]["speed"]["median"]
+    fast = table["fast"]["speed"]["median"] if "fast" in table else float("nan")
     if result["memory"] == "GPU":
         verdict = "met" if fast >= GOAL else "not met"
         lines += ["", f"Goal, `fast` at {GOAL} of bare's speed or more: {verdict} ({fast:.3f})."]
@@ -248,7 +249,7 @@ def markdown(result: Dict[str, Any], command: str) -> str:
     if device:
         lines += [
             "",
-            f"trainbox decided for `fast`: amp={device.get('amp')} ({device.get('amp_check') or device.get('amp_reason')}); "
+            f"trainbox decided for `{decided_by}`: amp={device.get('amp')} ({device.get('amp_check') or device.get('amp_reason')}); "
             f"workers: {device.get('workers_reason')}; pin_memory={device.get('pin_memory')}.",
         ]
     return "\n".join(lines) + "\n"
@@ -267,6 +268,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--data", type=Path, default=None, help="a data.yaml to train on instead of generated data")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where gpu.json and gpu.md go (default bench/results)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which to run, comma-separated; bare always runs (speed is relative to it)")
     args = parser.parse_args(argv)
     if args.quick:
         parser.set_defaults(**QUICK)
@@ -274,14 +276,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the steady state is after the first)")
     gpu = None if args.device == "cpu" else args.device
-    rows: Dict[str, Dict[str, List[Any]]] = {v: {} for v in VARIANTS}
+    asked = set(args.variants.split(",")) | {"bare"}
+    if asked - set(VARIANTS):
+        parser.error(f"--variants: unknown {', '.join(sorted(asked - set(VARIANTS)))}; known: {', '.join(VARIANTS)}")
+    chosen = [v for v in VARIANTS if v in asked]
+    rows: Dict[str, Dict[str, List[Any]]] = {v: {} for v in chosen}
     with tempfile.TemporaryDirectory(prefix="trainbox-gpu-bench-") as tmp:
         data = args.data or demo_data(Path(tmp) / "data", args.train, args.val, args.imgsz, min(16, os.cpu_count() or 1))
         train_args = [f"data={data}", f"epochs={args.epochs}", f"imgsz={args.imgsz}", f"batch={args.batch}",
                       f"device={args.device}", "plots=False"]  # fmt: skip
         for round_ in range(args.rounds):
             bare_epoch_s = None
-            for variant in VARIANTS:
+            for variant in chosen:
                 compile_off = variant in COMPILED and args.quick and gpu is None
                 figures = run_variant(variant, Path(tmp) / f"{variant}-{round_}", train_args, gpu, args.timeout, compile_off)
                 bare_epoch_s = bare_epoch_s or figures["epoch_s"]
@@ -302,7 +308,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             variants[variant]["device"] = columns["device"][0]
     setup = {key: getattr(args, key) for key in ("train", "val", "imgsz", "batch", "epochs", "rounds", "device")}
     result = {"setup": setup, "versions": _versions(), "memory": "GPU" if gpu else "host RSS", "variants": variants}
-    flags = f"--device {args.device}" + (" --quick" if args.quick else f" --rounds {args.rounds} --train {args.train} "
+    subset = "" if len(chosen) == len(VARIANTS) else f" --variants {','.join(chosen)}"
+    flags = f"--device {args.device}{subset}" + (" --quick" if args.quick else f" --rounds {args.rounds} --train {args.train} "
              f"--val {args.val} --imgsz {args.imgsz} --batch {args.batch} --epochs {args.epochs}")  # fmt: skip
     md = markdown(result, f"python bench/gpu.py {flags}")
     print(md)
