@@ -33,13 +33,13 @@ from invoke import Exit, task
 from invoke.main import program
 
 from trainbox import errors, interrupt
-from trainbox import watch as live_view
 from trainbox.container import build as build_image
 from trainbox.container import bundle as bundles
 from trainbox.container import dotenv, flavors, launch, locks
 from trainbox.container import fingerprint as fingerprints
-from trainbox.container import status as run_status
 from trainbox.doctor import cli as doctor_cli
+from trainbox.view import live
+from trainbox.view import status as run_status
 
 ROOT = Path(__file__).resolve().parent
 FLAVOR_HELP = "rocm, cuda or cpu (default: rocm when /dev/kfd exists, cuda when /dev/nvidiactl does, else cpu)"
@@ -186,7 +186,7 @@ def status(c, run=None, run_dir=None, deadline=None, watch=False):
     directory, health = launch.locate(ROOT, run, Path(run_dir) if run_dir else None)
     when = run_status.parse_deadline(deadline, datetime.datetime.now()) if deadline else None
     if watch:
-        raise Exit(code=live_view.main(directory, when, health))
+        raise Exit(code=live.main(directory, when, health))
     print("\n".join(run_status.render(directory, run_status.read(directory), health, when)))
 
 
@@ -219,7 +219,7 @@ def shell(c, run=None, flavor=None):
 @task(help={"pytest_args": "extra pytest arguments, e.g. '-k compose'"})
 def test(c, pytest_args=""):
     """Run the container and bundle test suites (need a Docker Engine; see .ci/docker-setup.sh)."""
-    command: List[str] = [sys.executable, "-m", "pytest", "tests/container", "tests/bundle", *pytest_args.split()]
+    command: List[str] = [sys.executable, "-m", "pytest", "tests/container", "tests/container/bundle", *pytest_args.split()]
     c.run(" ".join(command), pty=sys.stdout.isatty())
 
 

@@ -17,8 +17,8 @@ RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(REPO))
 
 from trainbox.atomic import write_text_atomic  # noqa: E402
-from trainbox.events import read_events  # noqa: E402
-from trainbox.rundir import RunDir  # noqa: E402
+from trainbox.rundir.events import read_events  # noqa: E402
+from trainbox.rundir.layout import RunDir  # noqa: E402
 
 
 def machine() -> Dict[str, Any]:
@@ -85,7 +85,7 @@ BARE = """
 import sys
 from pathlib import Path
 from trainbox import heartbeat
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import offline
 from trainbox.yolo.args import parse_value
 run = RunDir(Path(sys.argv[1]))

@@ -4,7 +4,7 @@
                         [--data DIR] [--out DIR]
     python bench/gpu.py --device cpu --quick [--out DIR]     # what CI runs: tiny data, every variant once
 
-Variants, interleaved round by round on one generated dataset (``trainbox.demo_data``, written in parallel shards):
+Variants, interleaved round by round on one generated dataset (``trainbox.yolo.demo_data``, written in parallel shards):
 
 * ``bare``: ``YOLO("yolov8n.yaml").train(...)`` in a plain process with Ultralytics' defaults (``workers=8``,
   ``amp=True``), offline as trainbox trains (``common.BARE``). Its AMP check tries to download ``yolo26n.pt``; the
@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional
 import psutil
 from common import REPO, RESULTS, RunDir, bare_command, epoch_seconds, events, span, summary, write_results
 
-from trainbox.demo_data import write_demo_dataset
+from trainbox.yolo.demo_data import write_demo_dataset
 
 VARIANTS = ("bare", "fast", "fast-compile", "balanced", "safe")
 #: Variants that torch.compile. With --quick on the CPU they run with TORCH_COMPILE_DISABLE=1 (compile calls run
@@ -249,7 +249,8 @@ def markdown(result: Dict[str, Any], command: str) -> str:
     if device:
         lines += [
             "",
-            f"trainbox decided for `{decided_by}`: amp={device.get('amp')} ({device.get('amp_check') or device.get('amp_reason')}); "
+            f"trainbox decided for `{decided_by}`: amp={device.get('amp')} "
+            f"({device.get('amp_check') or device.get('amp_reason')}); "
             f"workers: {device.get('workers_reason')}; pin_memory={device.get('pin_memory')}.",
         ]
     return "\n".join(lines) + "\n"
@@ -268,7 +269,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--data", type=Path, default=None, help="a data.yaml to train on instead of generated data")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where gpu.json and gpu.md go (default bench/results)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="which to run, comma-separated; bare always runs (speed is relative to it)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="which to run, comma-separated; bare always runs (speed is relative to it)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         parser.set_defaults(**QUICK)

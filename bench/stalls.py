@@ -46,9 +46,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from common import REPO, cli_env, events, span, summary, train_cli, write_results
 
 from trainbox import heartbeat
-from trainbox.causes import classify
-from trainbox.evidence import SAMPLE_EVERY_S, Window
-from trainbox.rundir import IncidentDir, RunDir
+from trainbox.diagnose.causes import classify
+from trainbox.diagnose.evidence import SAMPLE_EVERY_S
+from trainbox.diagnose.window import Window
+from trainbox.rundir.layout import IncidentDir, RunDir
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
 #: The cause each hang is (the classifier's accuracy is judged against these).

@@ -8,7 +8,8 @@ Layers (markers registered in pyproject.toml):
   here, and tests marked by hand);
 * ``slow``: over about a minute on 2 cores without being either of the above.
 
-``python -m pytest -m "not docker and not training"`` is the inner loop; CI runs everything.
+``python -m pytest -n 4 -m "not docker and not training"`` is the inner loop; CI runs everything, in parallel
+(``-n 4``) with the Docker tests kept in one worker.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 from typing import List
 
 import pytest
+
+from tests.hosts import h100_host, host_copy  # noqa: F401  (fixtures for every folder that reads recorded host trees)
 
 #: fixture -> the layer every test that uses it (directly or through another fixture) belongs to.
 LAYER_OF_FIXTURE = {"docker_api": "docker", "engine1": "docker", "engine2": "docker", "demo_data": "training"}
@@ -27,6 +30,10 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
         for fixture, layer in LAYER_OF_FIXTURE.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(getattr(pytest.mark, layer))
+        if item.get_closest_marker("docker"):
+            # Under pytest-xdist (-n), one worker runs them all, one after another: they share the engine's
+            # images (a session fixture builds each once per worker) and the checkout's .env, which they rewrite.
+            item.add_marker(pytest.mark.xdist_group("docker"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence
 
 from trainbox import faults, heartbeat
 from trainbox.atomic import write_text_atomic
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 
 #: The header of results.csv as Ultralytics 8.4.190 writes it for detection (copied from a real run).
 RESULTS_COLUMNS = (

@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO
+
+ROOT = REPO
 
 
 class Invoked:

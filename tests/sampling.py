@@ -11,7 +11,9 @@ from typing import Iterator, List, Mapping, Optional
 
 import pytest
 
-from trainbox import evidence, proctree
+from trainbox.diagnose import evidence
+from trainbox.diagnose.window import Window
+from trainbox.system import proctree
 
 
 class Tree:
@@ -45,10 +47,10 @@ def tree() -> Iterator[Tree]:
     started.stop()
 
 
-def watch(pid: int, seconds: float, env: Optional[Mapping[str, str]] = None, every: float = 0.5) -> evidence.Window:
+def watch(pid: int, seconds: float, env: Optional[Mapping[str, str]] = None, every: float = 0.5) -> Window:
     """Sample ``pid``'s tree every ``every`` s for ``seconds``."""
     sampler = evidence.Sampler(proctree.ProcessTree(pid), env if env is not None else os.environ)
-    window = evidence.Window()
+    window = Window()
     deadline = time.monotonic() + seconds
     while True:
         window.add(sampler.sample())

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import psutil
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
 
 
 @dataclass

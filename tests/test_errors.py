@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 import signal
-from pathlib import Path
 
+from tests.paths import REPO
 from trainbox import errors
 from trainbox.errors import ExitCode, UserError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO / "README.md"
 
 
 def test_readme_exit_statuses_are_exit_code() -> None:

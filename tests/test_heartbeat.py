@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.supervised import train_cli
 from trainbox import heartbeat
-from trainbox.budgets import Budget, BudgetPolicy
+from trainbox.supervise.budgets import Budget, BudgetPolicy
 
 CHILD = """
 import json, sys

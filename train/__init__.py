@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import List
+
+#: The folder that holds ``train/``, ``env/`` and ``compose.yaml``: this checkout, or the image's /app.
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 #: ``python -c`` program that runs ``sys.argv[1]`` as ``python -m`` would, without the working directory
 #: on sys.path (what Python 3.11's ``-P`` does, for every Python trainbox supports).

@@ -13,11 +13,17 @@ import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
-from trainbox import errors, exit_record, profiles, supervisor_settings, warmup
-from trainbox.container import status as run_status
+from trainbox import errors
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
-from trainbox.supervisor import Launch, Planner, Supervisor, SupervisorSpec
+from trainbox.rundir import exit_record
+from trainbox.rundir.layout import RunDir
+from trainbox.supervise.planner import Launch, Planner
+from trainbox.supervise.settings import LAUNCH_SETTINGS, SupervisorSettings
+from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
+from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
+from trainbox.view import status as run_status
+from trainbox.yolo import kernels, profiles
 
 DEFAULT_RUN_DIR = "runs/trainbox"
 
@@ -44,7 +50,7 @@ def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profil
         default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)),
         help=f"events, heartbeat, incidents and checkpoints go here (default: $TRAIN_RUN_DIR or {DEFAULT_RUN_DIR})",
     )
-    supervisor_settings.add_arguments(parser, profile_defaults=budgets_from_profile)
+    add_supervisor_arguments(parser, profile_defaults=budgets_from_profile)
     parser.add_argument("--quiet", action="store_true", help="do not echo the child's output (it is still logged)")
 
 
@@ -72,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check this host (--inside: the image) and say how to fix each failure")
     doctor_cli.add_arguments(doctor)
     warm = sub.add_parser("warmup", help="compile and cache MIOpen kernels at a run's shapes before training")
-    warmup.add_arguments(warm)
+    kernels.add_arguments(warm)
 
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
     health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
@@ -93,10 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
     try:
-        settings = supervisor_settings.SupervisorSettings.from_arguments(args)
+        settings = SupervisorSettings.from_arguments(args)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    return SupervisorSpec(run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet)
+    return SupervisorSpec(run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet, on_end=_refresh_report)
+
+
+def _refresh_report(run: RunDir) -> None:
+    """The HTML report, rewritten as the run ends (presentation: imported only here, when needed)."""
+    from trainbox.view import html_report
+
+    html_report.refresh(run)
 
 
 def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -110,26 +123,24 @@ def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
-    launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in supervisor_settings.LAUNCH_SETTINGS})
+    launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
     return Supervisor(_spec(args, Planner(launch))).run()
 
 
 def _run(args: argparse.Namespace) -> int:
-    from trainbox.ladder import ProfileLadder
     from trainbox.yolo.args import validate_overrides
+    from trainbox.yolo.ladder import ProfileLadder
 
     directory = args.profiles_dir or profiles.default_profiles_dir()
     profile = profiles.load(args.profile, directory)
     chain = profiles.fallback_chain(profile, directory)
     validate_overrides(args.overrides)
-    ladder = ProfileLadder(
-        chain, args.overrides, directory, args.startup_timeout, args.stall_timeout, args.idle_timeout, args.compile_cap
-    )
+    ladder = ProfileLadder(chain, args.overrides, directory, {s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
     return Supervisor(_spec(args, ladder)).run()
 
 
 def _demo_data(args: argparse.Namespace) -> int:
-    from trainbox.demo_data import write_demo_dataset
+    from trainbox.yolo.demo_data import write_demo_dataset
 
     try:
         data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
@@ -140,7 +151,7 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from trainbox.health import check
+    from trainbox.supervise.health import check
 
     healthy, why = check(args.run_dir, act=args.act)
     print(("healthy: " if healthy else "unhealthy: ") + why)
@@ -154,7 +165,7 @@ def _deadline(text: Optional[str]) -> Optional[datetime.datetime]:
 def _status(args: argparse.Namespace) -> int:
     deadline = _deadline(args.deadline)
     if args.watch:
-        from trainbox import watch
+        from trainbox.view import live as watch
 
         return watch.main(args.run_dir, deadline)
     print("\n".join(run_status.render(args.run_dir, run_status.read(args.run_dir), deadline=deadline)))
@@ -162,13 +173,13 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from trainbox import report
+    from trainbox.view import html_report
 
     deadline = _deadline(args.deadline)
     if not args.run_dir.is_dir():
         raise UserError(f"RUN_DIR {args.run_dir} is not a directory: give the folder a run wrote (`run --run-dir`)")
     try:
-        print(report.write(args.run_dir, args.out, deadline))
+        print(html_report.write(args.run_dir, args.out, deadline))
     except ModuleNotFoundError as missing:
         if missing.name != "matplotlib":
             raise
@@ -179,7 +190,7 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     own, command = _split_command(sys.argv[1:] if argv is None else argv)
     code = _main(own, command)
-    # In a container whose engine restarts on failure, a final outcome is reported as 0 (trainbox.exit_record).
+    # In a container whose engine restarts on failure, a final outcome is reported as 0 (trainbox.rundir.exit_record).
     run_dir = Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR))
     return exit_record.for_engine(own[0] if own else None, code, run_dir)
 
@@ -196,7 +207,7 @@ def _main(own: List[str], command: List[str]) -> int:
             "demo-data": _demo_data,
             "health": _health,
             "doctor": doctor_cli.main,
-            "warmup": warmup.main,
+            "warmup": kernels.main,
             "status": _status,
             "report": _report,
         }

@@ -7,12 +7,16 @@ invoke tasks — reports it through :func:`line`, so the prefix is the same
 everywhere and no traceback is ever shown for a user's mistake (the
 ``tests/`` that run commands with bad input assert exactly one line).
 
+The supervisor's own running commentary (a restart, a stall's cause) is not an error either, but it takes the
+same road: :func:`say` writes one ``trainbox: ...`` line on stderr, and a stderr that is gone never ends anything.
+
 A stop signal is not an error: :mod:`trainbox.interrupt` reports it, with the
 shell's status 128 + N (:meth:`ExitCode.for_signal`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
 from enum import IntEnum
@@ -26,7 +30,7 @@ class ExitCode(IntEnum):
 
     #: The run completed (or the command did what it was asked).
     OK = 0
-    #: The supervisor spent its restart budget, or its predecessors hung too often (:mod:`trainbox.watchdog`);
+    #: The supervisor spent its restart budget, or its predecessors hung too often (:mod:`trainbox.supervise.watchdog`);
     #: or a check found a problem (``doctor``, ``health``, ``verify``).
     GAVE_UP = 1
     #: Bad input: what was asked cannot be done as asked. Nothing was started or changed.
@@ -43,7 +47,7 @@ class ExitCode(IntEnum):
         """Whether a command that *returned* ``code`` reached an outcome that running it again cannot change:
         completed, restart budget spent, bad input, misconfigured, a full disk and a process stuck in the kernel
         (both need a person first). A crash of the command itself (an uncaught exception exits 1 without
-        returning; a kill is 128+N) is not final: a container engine may retry it (:mod:`trainbox.exit_record`)."""
+        returning; a kill is 128+N) is not final: a container engine may retry it (:mod:`trainbox.rundir.exit_record`)."""
         return code in (
             ExitCode.OK,
             ExitCode.GAVE_UP,
@@ -115,3 +119,10 @@ def report(error: TrainboxError, stream: Optional[TextIO] = None) -> int:
     """Write ``error``'s line to stderr (or ``stream``) and return the status to exit with."""
     (stream or sys.stderr).write(line(error) + "\n")
     return int(error.code)
+
+
+def say(message: str) -> None:
+    """One line on stderr; a stderr that is gone (a closed terminal) must not end supervision."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"trainbox: {message}\n")
+        sys.stderr.flush()

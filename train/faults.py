@@ -189,7 +189,7 @@ def finish_during_incident() -> None:
     The child that finishes while the report is being written (a slow last step
     that ends just after its budget ran out): a success, not a stall.
     """
-    from trainbox.rundir import RunDir
+    from trainbox.rundir.layout import RunDir
 
     incidents = RunDir(Path(os.environ["TRAIN_RUN_DIR"])).incident_dir.directory
     while not (incidents.is_dir() and any(incidents.iterdir())):

@@ -10,9 +10,9 @@ dictionary update and a clock read.
 Under torchrun (``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set, as
 torch.distributed.elastic sets them in every worker, Ultralytics' DDP ranks
 included) each rank beats into its own file, ``RUN_DIR/heartbeats/rank-<RANK>.json``
-(:class:`trainbox.rundir.RunDir`), and every beat carries ``rank``, ``local_rank``,
+(:class:`trainbox.rundir.layout.RunDir`), and every beat carries ``rank``, ``local_rank``,
 ``world_size`` and ``local_world_size``: the supervisor follows every rank
-(:mod:`trainbox.ranks`), so one silent rank is not hidden by the others' beats.
+(:mod:`trainbox.supervise.ranks`), so one silent rank is not hidden by the others' beats.
 
 Standard library only: this module is imported by the supervisor, by training
 children and by spawned DataLoader workers alike.
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from trainbox.atomic import write_text_atomic
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 
 HEARTBEAT_ENV = "TRAIN_HEARTBEAT_FILE"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"

@@ -20,10 +20,11 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
+from tests.paths import REPO
 from trainbox.container import build, compose, dotenv, engine, envfiles, launch
 from trainbox.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 #: Locally bootstrapped base image of each flavor that can be built here (no registry).
 LOCAL_BASES = {"CPU_BASE_IMAGE": "trainbox-base:bullseye", "CUDA_BASE_IMAGE": "trainbox-base:bookworm"}
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from trainbox.container import compose, dotenv, envfiles, flavors
 from trainbox.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 
 
 @pytest.mark.parametrize("name", flavors.NAMES)

@@ -13,10 +13,11 @@ from typing import Dict
 
 import pytest
 
+from tests.paths import REPO
 from trainbox.container import dotenv, locks
 from trainbox.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 #: What `docker compose build cpu` needs from the checkout (.dockerignore keeps the context to env/ and train/).
 CONTEXT = ("compose.yaml", "Dockerfile.cpu", ".dockerignore", "env", "train")
 #: Tag for the copy's image, so that a build that wrongly succeeded could not replace the shared trainbox:cpu.

@@ -9,7 +9,7 @@ import pytest
 
 from trainbox.container import launch
 from trainbox.errors import UserError
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import dataset
 
 

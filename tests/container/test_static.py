@@ -16,10 +16,11 @@ from typing import Dict, List, Set
 import pytest
 import yaml
 
+from tests.paths import REPO
 from trainbox.container import compose, dotenv, envfiles, flavors, locks
 from trainbox.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 DOCKERFILES = {name: ROOT / flavors.get(name).dockerfile for name in flavors.NAMES}
 NOT_PINS = {"EXTRA_CA_CERTS_B64", "LOCK_SHA256", "SOURCE_COMMIT"}
 SHARED_BLOCKS = ("locked packages", "app layer")
@@ -327,3 +328,12 @@ def test_compose_interpolation() -> None:
         compose.interpolate("${MISSING:?run it}", env)
     assert compose.parse_bytes("8gb") == 8 * 1024**3
     assert compose.parse_duration("1m30s") == 90.0
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """.ci/run ends in the command README.md's Tests section gives (plus -ra, pytest's summary of what did not pass)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Tests") :]
+    command = section.split("```sh\n", 1)[1].split("\n", 1)[0]
+    last = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line.strip()][-1]
+    assert last == f"{command} -ra", (command, last)

@@ -13,12 +13,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, List, Set
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
+ROOT = REPO
 
 
 def invoke(args: List[str]) -> subprocess.CompletedProcess:

@@ -14,9 +14,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from trainbox import exit_record
 from trainbox.container import compose, dotenv, engine, envfiles, flavors, launch
 from trainbox.errors import ExitCode, UserError
+from trainbox.rundir import exit_record
 
 from .conftest import (
     FAST_SUPERVISOR,

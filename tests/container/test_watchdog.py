@@ -5,7 +5,7 @@ HEALTHCHECK (`health --act`); Docker's restart policy brings the container back,
 finishes, and `invoke train` follows it all, saying the restart in one line; one that hangs after every restart
 ends in a give-up. After a `docker kill`, the same `invoke train --name RUN` resumes RUN. The bound and the
 health interval are short here (--hung-after 10, TRAINBOX_HEALTH_INTERVAL=2s); the decision itself and a busy
-supervisor are tests/test_health.py's.
+supervisor are tests/supervise/test_health.py's.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from tests.invoked import Invoked
-from trainbox import watchdog
 from trainbox.errors import ExitCode
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
+from trainbox.supervise import watchdog
 
 from .conftest import FAST_SUPERVISOR, container_of, events
 
@@ -64,7 +64,7 @@ def freeze_and_follow(docker_api, invoked: Invoked, run_name: str, run_dir: Path
     container = container_of(docker_api, run_name)
     if freeze:
         # The trainer is frozen with it: alone, it could finish the run during the hang on a fast machine, leaving
-        # nothing to resume (tests/test_health.py freezes a supervisor alone and sees its running child die with it).
+        # nothing to resume (tests/supervise/test_health.py freezes a supervisor alone and sees its running child die with it).
         state = json.loads(RunDir(run_dir).state.read_text())
         run = docker_api.exec_create(container["Id"], ["sh", "-c", f"kill -STOP {state['supervisor_pid']} {state['child_pid']}"])
         assert docker_api.exec_start(run["Id"]) == b""

@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 
-from tests.doctor.conftest import H100_DRIVER, host
+from tests.hosts import H100_DRIVER, host
 from trainbox.doctor import cli
 
 

@@ -8,7 +8,7 @@ from typing import Iterable
 
 import pytest
 
-from tests.doctor.conftest import host
+from tests.hosts import host
 from trainbox.doctor import devices
 from trainbox.doctor.devices import Identity
 from trainbox.doctor.result import Status

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor.conftest import HOST_NAMES, host
+from tests.hosts import HOST_NAMES, host
 from trainbox.container import envfiles
-from trainbox.doctor import checkup, devices, report
+from trainbox.doctor import checkup, devices, render
 from trainbox.doctor import host as host_checks
 from trainbox.doctor.result import Check, Status
 
@@ -121,7 +121,7 @@ def test_whole_host_doctor_on_recorded_trees(name: str) -> None:
         envfiles.runtime_env("rocm").get("HSA_OVERRIDE_GFX_VERSION"),
         min_free=2**30,  # the disk is this machine's, not the recorded tree's
     )
-    assert [c.name for c in checks if c.status is Status.FAIL] == failing, report.format_report(checks)
+    assert [c.name for c in checks if c.status is Status.FAIL] == failing, render.format_report(checks)
     applicable = {c.name for c in checks if c.status is Status.OK}
     assert ("gpu 0 miopen kdb" in applicable) is (flavor == "rocm")
     assert ("nvidia container toolkit" in {c.name for c in checks}) is (flavor == "cuda")
@@ -133,10 +133,10 @@ def test_report_puts_each_fix_on_its_failure_line() -> None:
         Check("b", Status.FAIL, "broken", "do this"),
         Check("c", Status.NOT_APPLICABLE, "no GPU"),
     ]
-    text = report.format_report(checks)
+    text = render.format_report(checks)
     assert "FAIL  b: broken -> fix: do this\n" in text
     assert text.splitlines()[-1].startswith("1 failure(s), 0 warning(s)")
-    assert report.exit_status(checks) == 1
-    assert report.exit_status(checks[::2]) == 0
+    assert render.exit_status(checks) == 1
+    assert render.exit_status(checks[::2]) == 0
     with pytest.raises(ValueError, match="needs a fix"):
         Check("d", Status.FAIL, "broken")

@@ -11,8 +11,8 @@ HOST_MODULES = (
     "trainbox.doctor.cli",
     "trainbox.doctor.checkup",
     "trainbox.doctor.inside",
-    "trainbox.gpu_state",
-    "trainbox.warmup",
+    "trainbox.system.gpu_state",
+    "trainbox.yolo.warmup",
 )
 
 
@@ -20,7 +20,7 @@ def test_host_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in HOST_MODULES)
-        + "from trainbox import warmup\n"
+        + "from trainbox.yolo import warmup\n"
         + "warmup.kernel_cache_state(warmup.run_key({}))\n"
         + "heavy = sorted(m for m in ('torch', 'ultralytics') if m in sys.modules)\n"
         + "assert not heavy, heavy\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.doctor.conftest import FIXTURES
+from tests.paths import FIXTURES
 from trainbox.doctor.mounts import mount_of, parse_mountinfo
 
 CONTAINER = parse_mountinfo((FIXTURES / "mountinfo/docker-cpu-container.txt").read_text())

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.doctor.conftest import H100_DRIVER, host
+from tests.hosts import H100_DRIVER, host
 from trainbox.container import envfiles
-from trainbox.doctor import checkup, devices, nvidia, report
+from trainbox.doctor import checkup, devices, nvidia, render
 from trainbox.doctor import host as host_checks
 from trainbox.doctor.result import Check, Status
 
@@ -39,7 +39,7 @@ def test_h100_host_with_the_toolkit_passes(h100_host) -> None:
     root = h100_host()
     assert checkup.default_flavor(root) == "cuda"
     checks = checkup.host_checks(root, devices.current_identity(), "cuda", STACK, None, min_free=2**30)
-    assert report.exit_status(checks) == 0, report.format_report(checks)
+    assert render.exit_status(checks) == 0, render.format_report(checks)
     by_name = {c.name: c for c in checks}
     assert by_name["nvidia driver"].detail == f"driver {H100_DRIVER} runs CUDA 13.2 (needs >= 580.65.06)"
     toolkit = by_name["nvidia container toolkit"].detail
@@ -103,7 +103,7 @@ def test_other_flavors_leave_the_nvidia_runtime_out(h100_host, flavor: str) -> N
     root = h100_host(driver=OLD_DRIVER, toolkit=False)
     (check,) = nvidia.check_host(root, flavor, STACK)
     assert check.status is Status.NOT_APPLICABLE and f"the {flavor} flavor" in check.detail
-    assert report.exit_status(_checks(root, flavor).values()) == 0
+    assert render.exit_status(_checks(root, flavor).values()) == 0
 
 
 def test_default_flavor_follows_the_device_nodes(tmp_path: Path) -> None:

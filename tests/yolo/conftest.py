@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import pytest
 
 from tests.supervised import REPO
-from trainbox.demo_data import write_demo_dataset
 from trainbox.yolo import offline
+from trainbox.yolo.demo_data import write_demo_dataset
 
 #: Tiny, fast training arguments shared by every run.
 TINY = ("imgsz=64", "batch=8", "device=cpu", "plots=False")

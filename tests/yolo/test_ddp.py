@@ -22,15 +22,15 @@ import pytest
 
 from tests.supervised import REPO
 from tests.yolo.conftest import child_env
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 
 pytestmark = pytest.mark.training  # builds yolov8n and reads the demo data in Ultralytics
 
 LAUNCHER = """
 import json, os, sys
 from pathlib import Path
-from trainbox import profiles
-from trainbox.rundir import RunDir
+from trainbox.yolo import profiles
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import offline
 from trainbox.yolo.settings import from_profile
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.supervised import REPO
-from trainbox.demo_data import write_demo_dataset
+from trainbox.yolo.demo_data import write_demo_dataset
 
 
 def _tree(directory: Path) -> dict:
@@ -41,7 +41,7 @@ def test_ultralytics_reads_every_image_and_label(demo_data: Path) -> None:
 
 def test_writing_it_needs_neither_numpy_nor_torch(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from trainbox.demo_data import write_demo_dataset\n"
+        "import sys; from pathlib import Path; from trainbox.yolo.demo_data import write_demo_dataset\n"
         f"write_demo_dataset(Path({str(tmp_path)!r}))\n"
         "assert 'numpy' not in sys.modules and 'torch' not in sys.modules\n"
     )

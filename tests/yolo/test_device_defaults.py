@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 
-from trainbox.doctor import kfd
+from tests.paths import FIXTURES
+from trainbox.system import kfd
 from trainbox.yolo.device_defaults import AMP_BROKEN_GPUS, AUTO, Device, decide, decide_amp, decide_workers
 
-HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
+HOSTS = FIXTURES / "hosts"
 
 CPU = Device("cpu", "CPU", cpu_count=2)
 H100 = Device("cuda", "NVIDIA H100 80GB HBM3", cpu_count=16, capability=(9, 0))

@@ -3,16 +3,16 @@ offline AMP check on a real model."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, Optional
 
 import pytest
 import torch
 
+from tests.paths import FIXTURES
 from trainbox.yolo import device_probe
 
-HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
+HOSTS = FIXTURES / "hosts"
 OVERRIDE = {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, SequentialSampler
 
-from trainbox import profiles
+from trainbox.yolo import profiles
 from trainbox.yolo.settings import from_profile
 
 SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)

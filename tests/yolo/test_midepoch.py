@@ -15,7 +15,7 @@ import pytest
 
 from tests.supervised import REPO, Finished, survivors, train_cli
 from tests.yolo.conftest import load_checkpoint
-from trainbox.demo_data import write_demo_dataset
+from trainbox.yolo.demo_data import write_demo_dataset
 
 ARGS = ("epochs=2", "imgsz=64", "batch=8", "nbs=16", "mosaic=0.0", "plots=False", "device=cpu")
 MID = "midepoch_checkpoint_batches: 2\n"

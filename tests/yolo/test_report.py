@@ -9,8 +9,8 @@ from pathlib import Path
 from tests.supervised import train_cli
 from tests.yolo.conftest import TINY
 from tests.yolo.test_run import BUDGETS
-from trainbox import runview
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
+from trainbox.view import runview
 
 
 def test_report_of_a_hung_and_resumed_ultralytics_run(tmp_path: Path, demo_data: Path) -> None:

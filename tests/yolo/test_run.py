@@ -9,7 +9,7 @@ from tests.supervised import Finished, survivors, train_cli
 from tests.yolo.conftest import TINY, ChildRun, load_checkpoint
 
 BUDGETS = ("--stall-timeout", "10", "--startup-timeout", "120", "--backoff", "0.5")
-#: The hangs below are also judged by what the silent tree does (tests/test_stalls.py has the rules one by one).
+#: The hangs below are also judged by what the silent tree does (tests/supervise/test_stalls.py has the rules one by one).
 #: A budget far beyond the idle timeout: what ends the silence is idleness (later options win).
 IDLE = ("--idle-timeout", "6", "--stall-timeout", "120")
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from trainbox import profiles
+from trainbox.yolo import profiles
 from trainbox.yolo.settings import from_profile
 
 

@@ -17,9 +17,10 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import yaml
 
+from trainbox import SOURCE_ROOT
 from trainbox.errors import UserError
 
-COMPOSE_FILE = Path(__file__).resolve().parents[2] / "compose.yaml"
+COMPOSE_FILE = SOURCE_ROOT / "compose.yaml"
 
 #: Service keys that shape the container (everything else is rejected).
 RUN_KEYS = frozenset(

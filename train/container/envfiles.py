@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 from typing import Dict
 
+from trainbox import SOURCE_ROOT
 from trainbox.container import flavors
 from trainbox.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = SOURCE_ROOT
 ENV_DIR = flavors.ENV_DIR
 STACK_FILE = ENV_DIR / "stack.env"
 

@@ -24,8 +24,8 @@ from docker.errors import APIError, ImageNotFound
 
 from trainbox.atomic import write_text_atomic
 from trainbox.container import compose, dotenv, engine
-from trainbox.doctor import kfd
 from trainbox.errors import UserError
+from trainbox.system import kfd
 
 FORMAT = "trainbox-fingerprint/1"
 PROBE_TIMEOUT_S = 300

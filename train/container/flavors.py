@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from trainbox import SOURCE_ROOT
 from trainbox.errors import UserError
 
-ENV_DIR = Path(__file__).resolve().parents[2] / "env"
+ENV_DIR = SOURCE_ROOT / "env"
 KFD_DEVICE = Path("/dev/kfd")
 NVIDIA_CONTROL_DEVICE = Path("/dev/nvidiactl")
 

@@ -26,13 +26,13 @@ from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
 import docker
 from docker.types import DeviceRequest, Mount
 
-from trainbox import exit_record
 from trainbox.atomic import atomic_writer
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
-from trainbox.events import read_events
 from trainbox.interrupt import StopRequested, on_stop
-from trainbox.rundir import RunDir
+from trainbox.rundir import exit_record
+from trainbox.rundir.events import read_events
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import dataset
 
 RUN_LABEL = "io.trainbox.run"
@@ -349,7 +349,7 @@ def _restart_line(inspected: Dict[str, Any], before: Dict[str, Any]) -> str:
 
 
 def _real_exit(inspected: Dict[str, Any]) -> int:
-    """The container's exit status, or the final one it reported to Docker as 0 (:mod:`trainbox.exit_record`)."""
+    """The container's exit status, or the final one it reported to Docker as 0 (:mod:`trainbox.rundir.exit_record`)."""
     code = int(inspected["State"]["ExitCode"])
     run_dir = (inspected["Config"].get("Labels") or {}).get("io.trainbox.run-dir")
     if code != 0 or run_dir is None:

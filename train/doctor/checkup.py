@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import List, Mapping, Optional
 
 from trainbox.container import flavors
-from trainbox.doctor import devices, host, kfd, nvidia
+from trainbox.doctor import devices, host, nvidia, topology
 from trainbox.doctor.devices import Identity
 from trainbox.doctor.result import Check
+from trainbox.system import kfd
 
 FLAVORS = flavors.NAMES
 #: rocm when ``<root>/dev/kfd`` exists, else cuda when ``<root>/dev/nvidiactl`` does, else cpu (as ``invoke train``).
@@ -37,7 +38,7 @@ def host_checks(
     checks.extend(host.check_driver(root))
     checks.extend(devices.check_devices(root, identity))
     checks.extend(devices.check_nvidia_devices(root, identity))
-    checks.extend(kfd.check_topology(root, configured_override, kfd.image_kdbs(stack)))
+    checks.extend(topology.check_topology(root, configured_override, kfd.image_kdbs(stack)))
     checks.extend(nvidia.check_host(root, flavor, stack))
     checks.append(host.check_shm(root / "dev/shm"))
     if image_tag is None:

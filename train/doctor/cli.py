@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, TextIO
 
-from trainbox.doctor import checkup, devices, report
+from trainbox.doctor import checkup, devices, render
 from trainbox.doctor.result import Check, fail, ok
 
 INSIDE_FIX = "run the host doctor from the trainbox checkout; inside the image run `python -m trainbox doctor --inside`"
@@ -94,8 +94,8 @@ def doctor(
         checks = inside_doctor.inside_checks()
     else:
         checks = host(flavor, root, docker, write_env, min_free)
-    (out or sys.stdout).write(report.format_report(checks))
-    return report.exit_status(checks)
+    (out or sys.stdout).write(render.format_report(checks))
+    return render.exit_status(checks)
 
 
 def main(args: argparse.Namespace) -> int:

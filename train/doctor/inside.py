@@ -26,7 +26,6 @@ imports this module's parent package without it.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import time
@@ -34,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from trainbox.doctor import elf, kfd
+from trainbox.doctor import elf
 from trainbox.doctor.mounts import MOUNTINFO, Mount, mount_of, parse_mountinfo
 from trainbox.doctor.result import Check, fail, not_applicable, ok, warn
+from trainbox.system import caches, kfd
 
 PROC_MAPS = Path("/proc/self/maps")
 CONV_LIBRARIES = {"rocm": "libMIOpen", "cuda": "libcudnn"}
@@ -79,14 +79,6 @@ def system_db_dir(library: Path, environ: Mapping[str, str]) -> Path:
     return Path(configured) if configured else Path(library).parent.parent / "share" / "miopen" / "db"
 
 
-def user_dirs(environ: Mapping[str, str]) -> Tuple[Path, Path]:
-    """(user find-db, kernel cache) directories MIOpen 2.17 uses."""
-    home = Path(environ.get("HOME", "~")).expanduser()
-    user_db = environ.get("MIOPEN_USER_DB_PATH") or str(home / ".config" / "miopen")
-    cache = environ.get("MIOPEN_CUSTOM_CACHE_DIR") or str(home / ".cache" / "miopen")
-    return Path(user_db), Path(cache)
-
-
 def check_kdb(library: Path, kdb: str, environ: Mapping[str, str]) -> Check:
     """Whether ``<kdb>.kdb`` is where ``library`` looks for system databases."""
     directory = system_db_dir(library, environ)
@@ -116,30 +108,9 @@ def check_cache_dir(name: str, directory: Path, mounts: List[Mount], fix: str = 
     return ok(name, f"{directory}: {where}")
 
 
-def compile_cache_dirs(environ: Mapping[str, str], user: str) -> Tuple[Path, Path]:
-    """(inductor, triton) cache directories of torch.compile, as torch/_inductor/runtime/cache_dir_utils.py picks them.
-
-    Inductor: ``$TORCHINDUCTOR_CACHE_DIR``, else ``torchinductor_<user>`` in
-    the temporary directory (``$TMPDIR``, ``$TEMP``, ``$TMP``, else /tmp).
-    Triton: ``$TRITON_CACHE_DIR``, else ``<inductor>/triton/<device>`` (device 0).
-    """
-    tmp = next((environ[key] for key in ("TMPDIR", "TEMP", "TMP") if environ.get(key)), "/tmp")
-    inductor = Path(environ.get("TORCHINDUCTOR_CACHE_DIR") or Path(tmp) / f"torchinductor_{user}")
-    triton = Path(environ.get("TRITON_CACHE_DIR") or inductor / "triton" / "0")
-    return inductor, triton
-
-
-def cache_user() -> str:
-    """The user name in inductor's default cache directory; ``uid_<n>`` for a UID without a passwd entry (as torch does)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid_{os.getuid()}"
-
-
 def check_compile_caches(environ: Mapping[str, str], user: str, mounts: List[Mount]) -> List[Check]:
     """Whether torch.compile's kernel caches outlive the container (else every start compiles again, minutes)."""
-    inductor, triton = compile_cache_dirs(environ, user)
+    inductor, triton = caches.compile_dirs(environ, user)
     return [
         check_cache_dir("inductor cache", inductor, mounts, COMPILE_CACHE_FIX),
         check_cache_dir("triton cache", triton, mounts, COMPILE_CACHE_FIX),
@@ -317,7 +288,7 @@ def inside_checks(
     if backend == "rocm" and library is not None:
         props = torch.cuda.get_device_properties(0)
         checks.append(check_kdb(library, f"{_device_arch(torch, environ, root)}_{props.multi_processor_count}", environ))
-        user_db, cache = user_dirs(environ)
+        user_db, cache = caches.miopen_dirs(environ)
         checks.append(check_cache_dir("miopen user db", user_db, mounts))
         checks.append(check_cache_dir("miopen kernel cache", cache, mounts))
         if environ.get("MIOPEN_DISABLE_CACHE", "0") not in ("0", ""):
@@ -334,7 +305,7 @@ def inside_checks(
         checks.append(not_applicable("miopen caches", reason))
     if backend == "cuda":
         checks.append(check_cuda(cuda_device(torch)))
-        checks.extend(check_compile_caches(environ, cache_user(), mounts))
+        checks.extend(check_compile_caches(environ, caches.user(environ), mounts))
     else:
         reason = no_cuda_reason(getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None))
         checks.append(not_applicable("cuda", reason))

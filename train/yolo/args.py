@@ -41,8 +41,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from trainbox.errors import UserError
-from trainbox.profiles import AUTO
 from trainbox.yolo import dataset
+from trainbox.yolo.profiles import AUTO
 
 
 class OverrideError(UserError):

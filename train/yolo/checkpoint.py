@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 from trainbox import faults
 from trainbox.atomic import fsync_path, write_text_atomic
 from trainbox.errors import UserError
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 
 STAGING_DIR = ".staging"
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Tuple, Union
 
-from trainbox.profiles import AUTO
+from trainbox.yolo.profiles import AUTO
 
 #: ``workers: auto``: the least it resolves to (``fast``'s number before ``auto``; also the CPU's).
 AUTO_WORKERS_MIN = 4

@@ -4,7 +4,7 @@ and the offline AMP check.
 Training process only (imports torch). The device is the one Ultralytics
 selected (``trainer.device``). On ROCm torch calls the GPU ``cuda`` too;
 ``torch.version.hip`` tells them apart. Its real arch comes from the KFD
-topology (``trainbox.doctor.kfd``, the doctor's reader), in the order HIP
+topology (``trainbox.system.kfd``, the doctor's reader), in the order HIP
 numbers devices, narrowed by ``ROCR_VISIBLE_DEVICES`` and then
 ``HIP_VISIBLE_DEVICES``/``CUDA_VISIBLE_DEVICES`` when they list indices:
 under ``HSA_OVERRIDE_GFX_VERSION=10.3.0`` an RX 5600 XT (gfx1010) reports
@@ -28,7 +28,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import torch
 
-from trainbox.doctor import kfd
+from trainbox.system import kfd
 from trainbox.yolo.device_defaults import Device
 
 #: The AMP check's input: Ultralytics' check uses max(256, 4 x the largest stride) px and a batch of 8 (2 suffice).

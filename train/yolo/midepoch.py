@@ -48,7 +48,7 @@ from ultralytics.utils import LOGGER, RANK
 
 from trainbox import faults
 from trainbox.atomic import atomic_writer
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo.position import Position, record
 
 #: ``RunDir.midepoch_checkpoint``'s file name: the trainer knows only its weights folder (``trainer.wdir``).

@@ -5,7 +5,7 @@ Environment (set by ``python -m trainbox run``): ``TRAIN_RUN_DIR`` (unless
 ``TRAIN_STARTUP_TIMEOUT`` (seconds the setup phase may stay silent; default:
 the profile's ``startup_timeout``), ``TRAIN_PROFILES_DIR``, ``TRAIN_FAULT``.
 
-Layout (named in ``trainbox.rundir.RunDir``): Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
+Layout (named in ``trainbox.rundir.layout.RunDir``): Ultralytics writes to ``RUN_DIR/train`` (``project=RUN_DIR``,
 ``name=train``, ``exist_ok``); its config directory (settings, fonts) is
 ``RUN_DIR/ultralytics``; blocked network attempts go to
 ``RUN_DIR/network.log``.
@@ -29,10 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from trainbox import errors, heartbeat, profiles
+from trainbox import errors, heartbeat
 from trainbox.errors import UserError
-from trainbox.rundir import RunDir
-from trainbox.yolo import checkpoint, offline
+from trainbox.rundir.layout import RunDir
+from trainbox.yolo import checkpoint, offline, profiles
 from trainbox.yolo.args import PROFILE_KEYS, validate_overrides
 from trainbox.yolo.settings import from_profile
 

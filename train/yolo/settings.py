@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-from trainbox.profiles import Profile
 from trainbox.yolo.args import PROFILE_KEYS
 from trainbox.yolo.device_defaults import DeviceDefaults
+from trainbox.yolo.profiles import Profile
 
 
 @dataclasses.dataclass(frozen=True)

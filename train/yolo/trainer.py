@@ -54,7 +54,7 @@ from ultralytics.utils import LOGGER, YAML
 from ultralytics.utils.torch_utils import unwrap_model
 
 from trainbox import faults
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import checkpoint, device_defaults, device_probe, loader, midepoch, offline
 from trainbox.yolo.beats import TrainingBeats
 from trainbox.yolo.settings import RunSettings, for_device, inherited

@@ -1,0 +1,82 @@
+"""The run directory: the README's layout table and ``RunDir`` name the same paths, and only RunDir spells them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List
+
+import trainbox.diagnose.incident
+import trainbox.rundir.layout
+from tests.paths import REPO
+from trainbox.rundir.layout import IncidentDir, RunDir
+
+
+def readme_layout() -> List[str]:
+    """The paths of the README's run-directory table (section "Set up and train")."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Set up and train") :]
+    table = section[section.index("| path | what |") :].split("\n\n", 1)[0]
+    rows = table.splitlines()[2:]  # the header and its separator
+    paths = [re.fullmatch(r"\| `([^`]+)` \| .+ \|", row) for row in rows]
+    assert all(paths), f"unexpected row in the README's layout table: {rows}"
+    return [match.group(1) for match in paths if match]
+
+
+def test_readme_layout_table_is_rundirs_entries_both_ways() -> None:
+    documented = readme_layout()
+    named = [path for path, _ in RunDir.entries()]
+    assert len(set(documented)) == len(documented), "a path listed twice in the README's table"
+    assert len(set(named)) == len(named), "a path named twice in RunDir"
+    assert not set(documented) - set(named), f"in the README's table but not in RunDir: {set(documented) - set(named)}"
+    assert not set(named) - set(documented), f"in RunDir but not in the README's table: {set(named) - set(documented)}"
+
+
+def test_incident_docstring_lists_every_incident_file() -> None:
+    doc = trainbox.diagnose.incident.__doc__ or ""
+    missing = [path for path, _ in IncidentDir.entries() if f"``{path}``" not in doc]
+    assert not missing, f"trainbox.diagnose.incident's docstring does not list {missing}"
+
+
+def test_paths_and_numbered_paths_resolve_under_the_root(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    assert run.events == tmp_path / "events.jsonl"
+    assert run.train == tmp_path / "train" and run.last_checkpoint == tmp_path / "train" / "weights" / "last.pt"
+    assert run.attempt_log(3) == tmp_path / "logs" / "attempt-3.log"
+    assert run.attempt_log.directory == tmp_path / "logs"
+    assert run.stack_dump(4242) == tmp_path / "stacks" / "4242.txt"
+    report = tmp_path / "incidents" / "20261123155507-2"
+    assert run.incident_dir(20261123155507, 2) == report == run.incident(20261123155507, 2).root
+    assert run.incident(20261123155507, 2).stack(7) == report / "stacks" / "7.txt"
+    assert run.incident(20261123155507, 2).gpu == report / "gpu.txt"
+    assert run.lock == tmp_path / "supervisor.lock"
+    for path, _ in RunDir.entries() + IncidentDir.entries():
+        assert not path.startswith("/") and ".." not in path, path
+
+
+def test_no_module_spells_a_run_directory_file_name_itself() -> None:
+    """Every run-directory path in code goes through RunDir: no file name of it as a string, no folder of it joined."""
+    parts = {part for path, _ in RunDir.entries() + IncidentDir.entries() for part in path.strip("/").split("/")}
+    files = sorted(p for p in parts if "." in p and "<" not in p)
+    # "train" is also the source folder's name (bench/images.py edits train/__init__.py): only its files are checked.
+    folders = sorted(p for p in parts if "." not in p and "<" not in p and p != "train")
+    spelled = re.compile(
+        "|".join([rf"[\"']{re.escape(name)}[\"']" for name in files] + [rf"/ [\"']{name}[\"']" for name in folders])
+        + r"|attempt-\{"
+    )
+    sources = [*(REPO / "train").rglob("*.py"), *(REPO / "bench").glob("*.py")]
+    found = [
+        f"{source.relative_to(REPO)}: {match.group(0)}"
+        for source in sources
+        if source.resolve() != Path(trainbox.rundir.layout.__file__).resolve()
+        for match in spelled.finditer(source.read_text())
+    ]
+    assert not found, "run-directory paths spelled outside trainbox.rundir.layout: " + ", ".join(found)
+
+
+def test_a_new_session_never_reuses_the_name_of_an_existing_report(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    started = 1795449307.9  # 2026-11-23 15:55:07 UTC
+    assert run.new_session(started) == 20261123155507
+    run.incident_dir(20261123155507, 0).mkdir(parents=True)
+    assert run.new_session(started) == 20261123155508, "a supervisor started in the same second gets the next one"

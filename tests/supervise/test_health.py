@@ -1,0 +1,228 @@
+"""Who watches the supervisor: ``health``'s decision (a pure function, milliseconds) and ``health --act`` on real
+supervisors (SIGSTOPped, blocked in a wait(), merely busy), and the give-up after hangs in a row.
+
+The same in a container, with Docker's restart and ``invoke train`` following it: tests/container/test_watchdog.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import psutil
+import pytest
+import yaml
+
+from tests.supervised import REPO, Finished, faulty_child, read_events, start_cli, survivors, train_cli, wait_for
+from trainbox.container import compose
+from trainbox.errors import ExitCode
+from trainbox.rundir.layout import RunDir
+from trainbox.supervise import watchdog
+from trainbox.supervise.health import hung
+from trainbox.supervise.settings import HUNG_AFTER
+
+NOW = 1_800_000_000.0
+STARTED = NOW - 3600
+#: A short promise, so a hang is noticed in seconds (the default is HUNG_AFTER.default).
+HUNG_AFTER_S = 5
+
+
+def state(**fields: Any) -> Dict[str, Any]:
+    base = {
+        "state": "running",
+        "attempt": 1,
+        "session": 20261123180000,
+        "supervisor_pid": 4242,
+        "supervisor_started_ts": STARTED,
+        "hung_after_s": 60.0,
+        "updated_ts": NOW - 10,
+    }
+    return {**base, **fields}
+
+
+# -- the decision: pure, over a state and a clock -------------------------------------------------------------------
+
+
+def test_a_supervisor_that_keeps_its_promise_is_not_hung() -> None:
+    assert hung(state(), NOW, STARTED) is None
+    assert hung(state(updated_ts=NOW - 60), NOW, STARTED) is None, "exactly at the bound is still on time"
+
+
+def test_a_supervisor_past_its_promise_is_hung_with_the_evidence() -> None:
+    found = hung(state(updated_ts=NOW - 75), NOW, STARTED)
+    assert found is not None
+    assert (found.pid, found.session, found.attempt, found.state) == (4242, 20261123180000, 1, "running")
+    assert (found.age_s, found.hung_after_s) == (75.0, 60.0)
+
+
+def test_declared_quiet_work_extends_the_promise() -> None:
+    """Ending a tree with a long grace: state.json is not written, but the supervisor said so beforehand."""
+    quiet = state(updated_ts=NOW - 200, quiet_until_ts=NOW - 30)
+    assert hung(quiet, NOW, STARTED) is None
+    assert hung(quiet, NOW + 31, STARTED) is not None
+
+
+def test_a_gone_or_recycled_pid_is_never_acted_on() -> None:
+    old = state(updated_ts=NOW - 500)
+    assert hung(old, NOW, None) is None, "no process with that pid"
+    assert hung(old, NOW, NOW - 5) is None, "the pid belongs to a process started later: a new supervisor"
+    assert hung(state(updated_ts=NOW - 500, supervisor_started_ts=None), NOW, STARTED) is None
+
+
+@pytest.mark.parametrize("final", ["succeeded", "gave_up", "misconfigured", "stopped", "disk_full", "stuck"])
+def test_a_run_that_is_over_is_never_acted_on(final: str) -> None:
+    assert hung(state(state=final, updated_ts=NOW - 500), NOW, STARTED) is None
+
+
+@pytest.mark.parametrize("busy", ["starting", "backoff", "stalled", "crashed", "stopping"])
+def test_every_other_state_is_watched(busy: str) -> None:
+    assert hung(state(state=busy, updated_ts=NOW - 500), NOW, STARTED) is not None
+
+
+def test_an_old_state_file_is_held_to_the_default_promise() -> None:
+    legacy = state(hung_after_s=None, updated_ts=NOW - HUNG_AFTER.default - 1)
+    found = hung(legacy, NOW, STARTED)
+    assert found is not None and found.hung_after_s == HUNG_AFTER.default
+
+
+def test_hangs_in_a_row_count_from_the_last_exit() -> None:
+    kinds = ["start", "supervisor_hung", "start", "supervisor_hung", "exit", "start", "supervisor_hung"]
+    assert watchdog.hangs_in_a_row({"event": kind} for kind in kinds) == 1
+    assert watchdog.hangs_in_a_row({"event": kind} for kind in kinds[:4]) == 2
+
+
+def test_the_give_up_comes_before_dockers_restart_budget_is_spent() -> None:
+    """compose.yaml's `restart: on-failure:N` must leave the supervisor room to give up itself (exit 1, final)."""
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    policy, _, count = compose["x-train"]["restart"].partition(":")
+    assert policy == "on-failure" and int(count) > watchdog.MAX_HANGS
+
+
+# -- health --act on real supervisors -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def supervised(
+    run_dir: Path, *options: str, child: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None
+) -> Iterator[subprocess.Popen]:
+    """A supervisor with a short promise (``--hung-after``), SIGKILLed when the test ends without ending it."""
+    args = ["supervise", "--run-dir", str(run_dir), "--hung-after", str(HUNG_AFTER_S), "--backoff", "0.2", "--quiet", *options]
+    proc = start_cli([*args, "--", *(child or faulty_child("--steps", "100000", "--interval", "0.05"))], env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # its child dies with it
+            proc.wait()
+
+
+def running_state(run_dir: Path) -> Dict[str, Any]:
+    path = RunDir(run_dir).state
+    wait_for(lambda: path.exists() and json.loads(path.read_text() or "{}").get("state") == "running", 60, "a running child")
+    return json.loads(path.read_text())
+
+
+def act_until_it_acts(run_dir: Path, timeout: float) -> Finished:
+    """Run `health --act` every half second, as a (fast) HEALTHCHECK would, until it ends the supervisor."""
+    deadline = time.monotonic() + timeout
+    while True:
+        health = train_cli(["health", "--act", "--run-dir", str(run_dir)], run_dir, timeout=60)
+        if health.stdout.startswith("unhealthy: supervisor pid") or time.monotonic() > deadline:
+            return health
+        time.sleep(0.5)
+
+
+def assert_ended(proc: subprocess.Popen, run_dir: Path, child_pid: int, health: Finished, frame: str) -> str:
+    """The supervisor was SIGKILLed, its child died with it, and the event and report say what it was doing."""
+    assert health.code == 1 and health.stdout.startswith("unhealthy: supervisor pid"), health.stdout + health.stderr
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    wait_for(
+        lambda: not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE, 10, "the child"
+    )
+    assert not survivors(run_dir)
+    event = read_events(run_dir)[-1]
+    assert event["event"] == "supervisor_hung" and event["pid"] == proc.pid
+    assert event["age_s"] >= HUNG_AFTER_S and event["hung_after_s"] == HUNG_AFTER_S  # age_s is rounded to 0.1 s
+    assert event["proc_state"] != "?" and event["wchan"] != "?" and event["stacks"] == "faulthandler"
+    report = Path(event["incident"]).read_text()
+    assert Path(event["incident"]).parent == RunDir(run_dir).supervisor_hang.directory
+    assert "Current thread" in report and frame in report and "in _watch" in report, report
+    return str(event["proc_state"])
+
+
+def test_a_frozen_supervisor_is_ended_with_its_stacks_and_its_child(tmp_path: Path) -> None:
+    with supervised(tmp_path) as proc:
+        child_pid = running_state(tmp_path)["child_pid"]
+        proc.send_signal(signal.SIGSTOP)
+        health = act_until_it_acts(tmp_path, timeout=HUNG_AFTER_S + 30)
+        assert assert_ended(proc, tmp_path, child_pid, health, "supervisor.py") == "T"  # stopped
+
+
+def test_a_supervisor_blocked_in_a_wait_is_ended(tmp_path: Path) -> None:
+    with supervised(tmp_path, env={"TRAIN_FAULT": "wait@supervisor,hangs=0,step>=50"}) as proc:
+        child_pid = running_state(tmp_path)["child_pid"]
+        health = act_until_it_acts(tmp_path, timeout=HUNG_AFTER_S + 30)
+        assert assert_ended(proc, tmp_path, child_pid, health, "in hang_in_wait") == "S"  # asleep in wait4
+
+
+def test_a_busy_supervisor_is_never_touched(tmp_path: Path) -> None:
+    """A stall whose child ignores SIGTERM keeps the supervisor away from state.json for the whole grace (8 s > 5 s):
+    declared, so `health --act`, run all along, never acts; the run completes."""
+    child = faulty_child("--steps", "40", "--interval", "0.05")
+    env = {"TRAIN_FAULT": "ignore-sigterm@step,attempt=0,step=10"}
+    answers: List[str] = []
+    with supervised(tmp_path, "--stall-timeout", "2", "--grace", "8", child=child, env=env) as proc:
+        while proc.poll() is None:
+            answers.append(train_cli(["health", "--act", "--run-dir", str(tmp_path)], tmp_path, timeout=60).stdout)
+            time.sleep(0.5)
+    assert proc.returncode == 0, answers[-5:]
+    kinds = [e["event"] for e in read_events(tmp_path)]
+    assert "supervisor_hung" not in kinds and kinds.count("stall") == 1, kinds
+    stall = next(e for e in read_events(tmp_path) if e["event"] == "stall")
+    assert stall["kill_s"] > HUNG_AFTER_S, "the grace did outlast the promise"
+    assert not [a for a in answers if "hung" in a], answers  # neither ended nor called hung
+
+
+def test_a_supervisor_that_hung_again_and_again_gives_up(tmp_path: Path) -> None:
+    hangs = [{"ts": NOW, "event": "supervisor_hung", "attempt": 0, "pid": 7}] * watchdog.MAX_HANGS
+    RunDir(tmp_path).events.write_text("".join(json.dumps(e) + "\n" for e in hangs))
+    done = train_cli(["supervise", "--run-dir", str(tmp_path), "--", *faulty_child("--steps", "3")], tmp_path, timeout=60)
+    assert done.code == ExitCode.GAVE_UP, done.stderr
+    assert f"giving up: the supervisor of this run hung {watchdog.MAX_HANGS} times in a row" in done.stderr
+    assert done.kinds()[-2:] == ["give_up", "exit"] and done.of("give_up")[0]["reason"] == "supervisor hung"
+    assert "start" not in done.kinds(), "nothing was trained"
+    again = train_cli(["supervise", "--run-dir", str(tmp_path), "--", *faulty_child("--steps", "3")], tmp_path, timeout=60)
+    assert again.code == ExitCode.OK, "after a give-up the count starts over: running it again trains"
+
+
+def unit(name: str) -> Dict[str, str]:
+    """KEY=VALUE settings of a unit file of examples/systemd."""
+    lines = (REPO / "examples" / "systemd" / name).read_text().splitlines()
+    pairs = (line.partition("=") for line in lines if "=" in line and not line.startswith("#"))
+    return {key: value for key, _, value in pairs}
+
+
+def test_the_systemd_example_restarts_what_docker_would_and_checks_as_often() -> None:
+    """examples/systemd: the run's unit leaves the final statuses alone; the timer runs `health --act` every interval."""
+    run, check, timer = unit("trainbox-run@.service"), unit("trainbox-health@.service"), unit("trainbox-health@.timer")
+    final = sorted(code for code in range(256) if code and ExitCode.is_final(code))
+    assert sorted(map(int, run["RestartPreventExitStatus"].split())) == final
+    assert run["Restart"] == "on-failure" and " -m trainbox run " in run["ExecStart"]
+    assert " -m trainbox health --act " in check["ExecStart"]
+    interval = yaml.safe_load((REPO / "compose.yaml").read_text())["x-train"]["healthcheck"]["interval"]
+    assert compose.parse_duration(timer["OnUnitActiveSec"]) == compose.parse_duration(compose.interpolate(interval, {}))
+
+
+def test_the_readme_states_the_bound_and_the_interval() -> None:
+    """How fast a hung supervisor is ended, as the README says it: the setting's default plus compose's interval."""
+    interval = yaml.safe_load((REPO / "compose.yaml").read_text())["x-train"]["healthcheck"]["interval"]
+    seconds = compose.parse_duration(compose.interpolate(interval, {}))
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"**{HUNG_AFTER.default:g} + {seconds:g} s**" in text
+    assert f"`--hung-after` seconds (default {HUNG_AFTER.default:g})" in text
+    assert f"HEALTHCHECK is `trainbox health --act` every {seconds:g} s" in text

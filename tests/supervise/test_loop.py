@@ -1,0 +1,231 @@
+"""The supervisor's loop in-process: whole runs scripted as outcomes, checked in milliseconds.
+
+As torchelastic tests its agent, the part that runs real processes is replaced: a :class:`Script` stands in for the
+:class:`~trainbox.supervise.monitor.Monitor` and plays back one step per attempt, writing what the real monitor
+writes for it (``start``, and the ``crash`` or ``stall`` of a failed attempt, counted). Everything else is the real
+thing: the planner, the policy's rules, the back-off, the record with its state machine, state.json, the lock, the
+signal handlers and the one ending path. The end-to-end tests with real processes (``test_supervisor.py``) stay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import pytest
+
+from trainbox.errors import DiskFull, ExitCode
+from trainbox.rundir.events import EventLog, read_events
+from trainbox.rundir.layout import RunDir
+from trainbox.rundir.state import InvalidTransition, State
+from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.planner import Launch, Planner
+from trainbox.supervise.policy import Outcome, OutcomeKind
+from trainbox.supervise.record import Record
+from trainbox.supervise.settings import SupervisorSettings
+from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
+from trainbox.supervise.watchdog import MAX_HANGS
+
+Step = Callable[[Record, int, Launch], Outcome]
+#: No waiting between attempts: the back-off rule is the policy's, tested in test_policy.py.
+FAST = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0)
+
+
+class Script:
+    """Plays back one step per attempt, as the monitor would have run them."""
+
+    def __init__(self, record: Record, steps: List[Step]) -> None:
+        self.record = record
+        self.steps = list(steps)
+        self.launches: List[Launch] = []
+
+    def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
+        self.launches.append(launch)
+        self.record.set_state(State.STARTING, attempt=number, profile=launch.profile)
+        self.record.emit("start", number, profile=launch.profile, argv=list(launch.argv), pid=None)
+        return self.steps.pop(0)(self.record, number, launch)
+
+
+def exits(code: int, beats: int = 3) -> Step:
+    def step(record: Record, number: int, launch: Launch) -> Outcome:
+        outcome = Outcome(OutcomeKind.EXITED, code=code)
+        for _ in range(beats):
+            outcome.saw({"phase": "train", "step": outcome.beats}, time.time())
+        if beats:
+            record.set_state(State.RUNNING)
+        if outcome.crashed:
+            record.count(outcome)
+            record.set_state(State.CRASHED)
+            record.emit("crash", number, code=code, **outcome.timing())
+        return outcome
+
+    return step
+
+
+def stalls(at: str = "phase train, step 4", cause: str = "loader_deadlock") -> Step:
+    def step(record: Record, number: int, launch: Launch) -> Outcome:
+        outcome = Outcome(OutcomeKind.STALLED, beats=4, first_beat_ts=time.time(), first_step_ts=time.time())
+        record.count(outcome)
+        record.set_state(State.STALLED)
+        record.emit("stall", number, action="restart", cause=cause, at=at)
+        outcome.detail.update(budget="stall", budget_s=5.0, silent_s=6.0, phase="train", incident=None)
+        outcome.detail.update(cause=cause, evidence=["scripted"], at=at, rule="budget")
+        return outcome
+
+    return step
+
+
+def disk_full(record: Record, number: int, launch: Launch) -> Outcome:
+    raise DiskFull.writing(record.run_dir.events, OSError(28, "No space left on device"))
+
+
+def signalled(record: Record, number: int, launch: Launch) -> Outcome:
+    """SIGTERM to the supervisor while the attempt runs: the monitor ends the tree and says so."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    record.set_state(State.STOPPING)
+    return Outcome(OutcomeKind.STOPPED, beats=1)
+
+
+class Run:
+    """One supervised run of a script, in-process, and what it left behind."""
+
+    def __init__(self, tmp_path: Path, steps: List[Step], settings: SupervisorSettings = FAST) -> None:
+        self.ended: List[RunDir] = []
+        launch = Launch(argv=["train.py"], startup_timeout=10.0, stall_timeout=5.0)
+        spec = SupervisorSpec(tmp_path, Planner(launch), settings, echo=False, on_end=self.ended.append)
+        self.script: Script
+        self.supervisor = Supervisor(spec, attempts=self._script(steps))
+        self.run_dir = self.supervisor.run_dir
+
+    def _script(self, steps: List[Step]) -> Callable[[Record], Script]:
+        def make(record: Record) -> Script:
+            self.script = Script(record, steps)
+            return self.script
+
+        return make
+
+    def __call__(self) -> int:
+        self.code = self.supervisor.run()
+        return self.code
+
+    @property
+    def events(self) -> List[Dict[str, Any]]:
+        return read_events(self.run_dir.events)
+
+    def names(self) -> List[str]:
+        return [record["event"] for record in self.events]
+
+    def one(self, name: str) -> Dict[str, Any]:
+        (record,) = [record for record in self.events if record["event"] == name]
+        return record
+
+    def state(self) -> Dict[str, Any]:
+        return json.loads(self.run_dir.state.read_text())
+
+
+def test_a_run_that_finishes_exits_0_once(tmp_path: Path) -> None:
+    run = Run(tmp_path, [exits(0)])
+    assert run() == ExitCode.OK
+    assert run.names() == ["start", "exit"]
+    assert run.one("exit")["reason"] == "completed" and run.one("exit")["beats"] == 3
+    assert run.state()["state"] == "succeeded" and run.state()["exit_code"] == 0
+    assert run.ended == [run.run_dir], "the presentation hook ran once, as the run ended"
+
+
+def test_a_stall_is_restarted_and_the_run_completes(tmp_path: Path) -> None:
+    run = Run(tmp_path, [stalls(), exits(0)])
+    assert run() == ExitCode.OK
+    assert run.names() == ["start", "stall", "restart", "start", "exit"]
+    restart = run.one("restart")
+    assert restart["attempt"] == 1 and restart["after"] == "stalled" and restart["retry"] == "same"
+    assert {k: run.one("exit")[k] for k in ("restarts", "stalls", "crashes")} == {"restarts": 1, "stalls": 1, "crashes": 0}
+
+
+def test_the_same_stall_at_the_same_place_gives_up_at_once(tmp_path: Path) -> None:
+    run = Run(tmp_path, [stalls(), stalls(), exits(0)])
+    assert run() == ExitCode.GAVE_UP
+    assert run.names()[-2:] == ["give_up", "exit"]
+    assert "stalls again at phase train, step 4" in run.one("give_up")["reason"]
+    assert len(run.script.steps) == 1, "the third attempt never ran"
+
+
+def test_two_attempts_without_a_beat_are_a_configuration_error(tmp_path: Path) -> None:
+    run = Run(tmp_path, [exits(1, beats=0), exits(1, beats=0), exits(0)])
+    assert run() == ExitCode.MISCONFIGURED
+    assert run.one("give_up")["reason"] == "misconfigured" and run.one("exit")["reason"] == "misconfigured"
+    assert run.state()["state"] == "misconfigured"
+
+
+def test_the_restart_budget_is_kept(tmp_path: Path) -> None:
+    settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0, max_restarts=2)
+    run = Run(tmp_path, [exits(1), exits(1), exits(1), exits(0)], settings)
+    assert run() == ExitCode.GAVE_UP
+    assert run.names().count("start") == 3 and run.one("give_up")["reason"] == "restart budget spent"
+    assert run.one("exit")["crashes"] == 3 and run.one("exit")["restarts"] == 2
+
+
+def test_a_full_disk_ends_the_run_with_its_own_code(tmp_path: Path) -> None:
+    run = Run(tmp_path, [disk_full])
+    assert run() == ExitCode.DISK_FULL
+    assert run.one("exit")["reason"] == "disk full"
+    assert run.state()["state"] == "disk_full"
+    assert run.ended == [], "no report is drawn on a full disk"
+
+
+def test_a_stop_signal_during_an_attempt_stops_without_a_restart(tmp_path: Path) -> None:
+    run = Run(tmp_path, [signalled, exits(0)])
+    assert run() == ExitCode.for_signal(signal.SIGTERM)
+    assert run.names() == ["start", "exit"] and run.one("exit")["reason"] == "stopped by signal"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handlers in place before the run are back"
+
+
+def test_a_stop_signal_during_the_back_off_stops_before_the_next_attempt(tmp_path: Path) -> None:
+    settings = SupervisorSettings(backoff_s=30.0, backoff_max_s=30.0)
+    run = Run(tmp_path, [exits(1), exits(0)], settings)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    started = time.monotonic()
+    assert run() == ExitCode.for_signal(signal.SIGTERM)
+    assert time.monotonic() - started < 10, "the 30 s back-off was cut short by the signal"
+    assert run.names() == ["start", "crash", "restart", "exit"] and run.one("exit")["attempt"] == 0
+
+
+def test_supervisors_that_hung_too_often_give_up_before_any_attempt(tmp_path: Path) -> None:
+    log = EventLog(RunDir(tmp_path).events)
+    for _ in range(MAX_HANGS):
+        log.emit("supervisor_hung", 0)
+    run = Run(tmp_path, [exits(0)])
+    assert run() == ExitCode.GAVE_UP
+    assert run.names()[-2:] == ["give_up", "exit"] and run.one("give_up")["hangs"] == MAX_HANGS
+    assert "start" not in run.names()
+
+
+def test_the_record_refuses_a_move_the_state_machine_has_not(tmp_path: Path) -> None:
+    record = Record(RunDir(tmp_path))
+    record.set_state(State.RUNNING)
+    record.set_state(State.SUCCEEDED)
+    with pytest.raises(InvalidTransition, match="from succeeded to running"):
+        record.set_state(State.RUNNING)
+    record.set_state(State.DISK_FULL)  # reachable from anywhere
+
+
+def test_every_ending_counts_in_its_exit_event(tmp_path: Path) -> None:
+    """Each way to end writes one exit event with the counters, as the README's events table says."""
+    endings = {
+        "ok": [exits(0)],
+        "gave_up": [stalls(), stalls()],
+        "misconfigured": [exits(2, beats=0), exits(2, beats=0)],
+        "disk_full": [disk_full],
+        "signal": [signalled],
+    }
+    for name, steps in endings.items():
+        run = Run(tmp_path / name, steps)
+        run()
+        (exit_event,) = [record for record in run.events if record["event"] == "exit"]
+        assert {"restarts", "stalls", "crashes", "code", "reason"} <= set(exit_event), (name, exit_event)
+        assert exit_event["code"] == run.code, name

@@ -1,0 +1,178 @@
+"""The restart policy, scripted: sequences of attempt outcomes in, the supervisor's decisions out (milliseconds).
+
+As torchelastic tests its agent by scripting worker-state sequences, these run
+``decide`` the way the supervisor loop does: count the outcome, decide, carry
+the counters on, stop at the first decision that is not a restart. The real
+supervisor against real faults is tests/supervise/test_supervisor.py.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import pytest
+
+from trainbox.diagnose.causes import Cause
+from trainbox.supervise.policy import (
+    NO_BEAT_ATTEMPTS,
+    RETRIES,
+    CauseStreak,
+    Counters,
+    Decision,
+    Outcome,
+    OutcomeKind,
+    Retry,
+    Verdict,
+    backoff_s,
+    decide,
+    position,
+    retry_for,
+)
+from trainbox.supervise.settings import SupervisorSettings
+
+SETTINGS = SupervisorSettings(max_restarts=10, backoff_s=2.0, backoff_max_s=60.0)
+
+
+def crash(beats: int) -> Outcome:
+    return Outcome(OutcomeKind.EXITED, code=1, beats=beats)
+
+
+def stall(beats: int) -> Outcome:
+    return Outcome(OutcomeKind.STALLED, beats=beats)
+
+
+def completed(beats: int = 5) -> Outcome:
+    return Outcome(OutcomeKind.EXITED, code=0, beats=beats)
+
+
+def stopped(beats: int = 5) -> Outcome:
+    return Outcome(OutcomeKind.STOPPED, beats=beats)
+
+
+def script(outcomes: Sequence[Outcome], settings: SupervisorSettings = SETTINGS) -> List[Decision]:
+    """The decisions for ``outcomes`` in order, as the supervisor loop takes them."""
+    counters, decisions = Counters(), []
+    for outcome in outcomes:
+        decision = decide(outcome, counters.counted(outcome), settings)
+        decisions.append(decision)
+        counters = decision.counters
+        if decision.verdict is not Verdict.RESTART:
+            break
+    return decisions
+
+
+def verdicts(decisions: Sequence[Decision]) -> List[Verdict]:
+    return [d.verdict for d in decisions]
+
+
+def delays(decisions: Sequence[Decision]) -> List[float]:
+    return [d.delay_s for d in decisions if d.verdict is Verdict.RESTART]
+
+
+def test_a_run_that_completes_or_is_stopped_ends_there() -> None:
+    assert verdicts(script([completed()])) == [Verdict.SUCCEEDED]
+    assert verdicts(script([completed(beats=0)])) == [Verdict.SUCCEEDED], "exit 0 without a beat is still success"
+    assert verdicts(script([stopped(beats=0)])) == [Verdict.STOPPED], "a stop is never a configuration error"
+    assert verdicts(script([crash(0), stopped(0)])) == [Verdict.RESTART, Verdict.STOPPED]
+    assert script([stopped()])[0].counters == Counters()
+
+
+def test_crashes_and_stalls_restart_and_are_counted() -> None:
+    decisions = script([crash(5), stall(7), completed()])
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.RESTART, Verdict.SUCCEEDED]
+    assert decisions[-1].counters.published() == {"restarts": 2, "stalls": 1, "crashes": 1}
+
+
+def test_no_beat_rule_two_attempts_in_a_row_without_a_beat_is_misconfigured() -> None:
+    assert NO_BEAT_ATTEMPTS == 2
+    decisions = script([crash(0), crash(0)])
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.MISCONFIGURED]
+    assert decisions[-1].counters.restarts == 1
+    assert verdicts(script([stall(0), crash(0)]))[-1] is Verdict.MISCONFIGURED, "a startup stall counts too"
+
+
+def test_no_beat_streak_is_broken_by_any_beat() -> None:
+    decisions = script([crash(0), crash(1), crash(0), stall(3), crash(0), completed()])
+    assert verdicts(decisions) == [Verdict.RESTART] * 5 + [Verdict.SUCCEEDED]
+    assert [d.counters.no_beat_streak for d in decisions[:-1]] == [1, 0, 1, 0, 1]
+
+
+def test_no_beat_rule_comes_before_the_restart_budget() -> None:
+    settings = SupervisorSettings(max_restarts=1)
+    assert verdicts(script([crash(0), crash(0)], settings)) == [Verdict.RESTART, Verdict.MISCONFIGURED]
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1, 3])
+def test_gives_up_when_the_restart_budget_is_spent(max_restarts: int) -> None:
+    settings = SupervisorSettings(max_restarts=max_restarts)
+    decisions = script([crash(4), stall(4)] * 5, settings)
+    assert verdicts(decisions) == [Verdict.RESTART] * max_restarts + [Verdict.GAVE_UP]
+    assert decisions[-1].counters.restarts == max_restarts
+    counts = decisions[-1].counters
+    assert counts.stalls + counts.crashes == max_restarts + 1
+
+
+def test_backoff_rule_doubles_per_quick_failure_up_to_the_cap() -> None:
+    settings = SupervisorSettings(max_restarts=10, backoff_s=2.0, backoff_max_s=20.0)
+    quick = [crash(1), stall(0), crash(1), stall(1), crash(0), crash(1), crash(1)]
+    assert delays(script(quick, settings)) == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0, 20.0]
+    assert [backoff_s(n, settings) for n in range(1, 7)] == [2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
+
+
+def test_backoff_starts_over_after_a_run_that_beat_more_than_once() -> None:
+    decisions = script([crash(1), crash(1), crash(2), crash(1), stall(9), completed()])
+    assert delays(decisions) == [2.0, 4.0, 2.0, 4.0, 2.0]
+    assert [d.counters.failures for d in decisions[:-1]] == [1, 2, 1, 2, 1]
+
+
+def test_zero_backoff_restarts_at_once() -> None:
+    settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0)
+    assert delays(script([crash(1), crash(1), crash(5)], settings)) == [0.0, 0.0, 0.0]
+
+
+def test_outcome_kinds_are_the_words_events_jsonl_uses() -> None:
+    assert [k.value for k in OutcomeKind] == ["exited", "stalled", "stopped"]
+    assert crash(0).crashed and not completed().crashed and not stall(0).crashed
+    assert not Outcome(OutcomeKind.EXITED).crashed, "no exit status yet is not a crash"
+    assert Counters().counted(completed()) == Counters() == Counters().counted(stopped())
+
+
+def stall_at(at: str, cause: str = "idle", beats: int = 5) -> Outcome:
+    return Outcome(OutcomeKind.STALLED, beats=beats, detail={"at": at, "cause": cause})
+
+
+def test_repeat_rule_the_same_stall_twice_on_the_last_rung_gives_up_at_once() -> None:
+    here = position({"phase": "train", "epoch": 3, "batch": 17, "step": 90}, "safe")
+    assert here == "phase train, epoch 3 batch 17, profile safe"
+    decisions = script([stall_at(here), stall_at(here)])
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.GAVE_UP]
+    assert decisions[-1].counters.restarts == 1, "the remaining restarts are not spent"
+    assert decisions[-1].reason == f"stalls again at {here} (cause idle) with nothing left to try"
+
+
+def test_repeat_rule_needs_the_same_place_in_a_row_and_no_rung_left() -> None:
+    a, b = position({"phase": "train", "step": 40}), position({"phase": "train", "step": 41})
+    assert a == "phase train, step 40"
+    assert verdicts(script([stall_at(a), stall_at(b), stall_at(a), completed()])) == [Verdict.RESTART] * 3 + [Verdict.SUCCEEDED]
+    assert verdicts(script([stall_at(a), crash(5), stall_at(a), completed()]))[-1] is Verdict.SUCCEEDED, "a crash between"
+    counters = Counters()
+    for last_rung in (False, False, True):  # the planner still had a rung to try, twice; then none
+        decision = decide(stall_at(a), counters.counted(stall_at(a)), SETTINGS, last_rung)
+        counters = decision.counters
+    assert decision.verdict is Verdict.GAVE_UP and counters.restarts == 2
+    assert position(None) is None and position({}) is None, "before the first beat the no-beat rule applies"
+
+
+def test_restart_budget_reason() -> None:
+    decisions = script([crash(4), crash(4)], SupervisorSettings(max_restarts=1))
+    assert decisions[-1].reason == "restart budget spent"
+
+
+def test_retry_table_covers_every_cause_and_repeats_its_last_entry() -> None:
+    assert set(RETRIES) == set(Cause)
+    assert [retry_for("gpu_wait", n) for n in range(3)] == [Retry.GPU_RELEASE, Retry.NATIVE, Retry.NATIVE]
+    assert [retry_for("busy_python", n) for n in range(3)] == [Retry.SAME, Retry.LADDER, Retry.LADDER]
+    assert retry_for(None, 0) is retry_for("gibberish", 4) is Retry.LADDER
+    assert retry_for("idle", 0, {"idle": [Retry.SAME]}) is Retry.SAME
+    streak = CauseStreak()
+    assert [streak.count(c) for c in ("idle", "idle", "gpu_wait", "idle", "idle", "idle")] == [0, 1, 0, 0, 1, 2]

@@ -1,0 +1,141 @@
+"""Supervisor settings: one table behind the CLI's options, their defaults and help, and the spec's validation."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from tests.supervised import REPO, cli_env
+from trainbox.cli import build_parser
+from trainbox.supervise.planner import Launch
+from trainbox.supervise.settings import (
+    COMPILE_CAP,
+    IDLE_TIMEOUT,
+    LAUNCH_SETTINGS,
+    ON_STALL,
+    SETTINGS,
+    STARTUP_TIMEOUT,
+    Setting,
+    SupervisorSettings,
+    supervisor_settings,
+)
+from trainbox.yolo.profiles import Profile, default_profiles_dir
+
+#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints).
+NOT_SETTINGS = {"-h", "--help", "--run-dir", "--quiet"}
+
+
+def options(command: str) -> Dict[str, argparse.Action]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {flag: action for action in sub.choices[command]._actions for flag in action.option_strings}
+
+
+@pytest.mark.parametrize("command", ["supervise", "run"])
+def test_cli_options_are_the_table(command: str) -> None:
+    found = options(command)
+    extra = {flag for flag in found if flag not in NOT_SETTINGS and flag not in {"--profile", "--profiles-dir"}}
+    assert extra == {s.flag for s in SETTINGS}, "an option that is not in SETTINGS, or a setting without an option"
+    for setting in SETTINGS:
+        action = found[setting.flag]
+        profile_supplies = command == "run" and setting.profile_supplies
+        assert action.default == (None if profile_supplies else setting.default), setting.flag
+        assert action.help and action.help.startswith(setting.help), setting.flag
+        assert action.help.endswith("(default: the profile's)" if profile_supplies else f"(default: {setting.default_text})")
+        assert action.dest == setting.dest
+
+
+def test_spec_fields_and_defaults_are_the_table() -> None:
+    fields = {f.name: f.default for f in dataclasses.fields(SupervisorSettings)}
+    assert fields == {s.field: s.default for s in supervisor_settings()}
+    launch_defaults = {f.name: f.default for f in dataclasses.fields(Launch)}
+    assert {s.field for s in LAUNCH_SETTINGS} <= set(launch_defaults)
+    for setting in (IDLE_TIMEOUT, COMPILE_CAP):  # the profile keys and Launch take their defaults from the table
+        assert launch_defaults[setting.field] == setting.default
+        assert Profile.model_fields[setting.field].default == setting.default
+        assert not any(setting.field in p.read_text() for p in default_profiles_dir().glob("*.yaml")), "one default"
+
+
+def test_a_choice_takes_its_words_and_nothing_else() -> None:
+    assert ON_STALL.default == "restart" and ON_STALL.choices == ("restart", "report")
+    assert SupervisorSettings(on_stall="report").on_stall == "report"
+    with pytest.raises(ValueError, match="--on-stall must be one of restart, report, got 'kill'"):
+        SupervisorSettings(on_stall="kill")
+    assert ON_STALL.from_text("report") == "report"
+    with pytest.raises(argparse.ArgumentTypeError, match="must be one of restart, report, got 'Report'"):
+        ON_STALL.from_text("Report")
+
+
+@pytest.mark.parametrize("setting", list(supervisor_settings()), ids=lambda s: s.flag)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1])
+def test_spec_refuses_what_the_cli_refuses(setting: Setting, value: float) -> None:
+    with pytest.raises(ValueError, match=setting.flag):
+        SupervisorSettings(**{setting.field: value})
+    with pytest.raises(argparse.ArgumentTypeError):
+        setting.from_text(str(value))
+
+
+def test_launch_budgets_follow_the_same_rules() -> None:
+    for bad in (0.0, -5.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="--startup-timeout"):
+            Launch(argv=["true"], startup_timeout=bad, stall_timeout=300.0)
+        with pytest.raises(ValueError, match="--stall-timeout"):
+            Launch(argv=["true"], startup_timeout=600.0, stall_timeout=bad)
+    assert STARTUP_TIMEOUT.check(0.5) == 0.5
+
+
+def test_counts_are_whole_numbers() -> None:
+    with pytest.raises(ValueError, match="--max-restarts must be a whole number"):
+        SupervisorSettings(max_restarts=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--learned-min-samples must be a whole number >= 1, got 0"):
+        SupervisorSettings(learned_min_samples=0)
+
+
+def cli(args: List[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainbox", *args],
+        env=cli_env({"TRAIN_RUN_DIR": str(tmp_path / "run")}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--grace", "-1"], "argument --grace: must be a finite number >= 0, got -1"),
+        (["--stall-timeout", "nan"], "argument --stall-timeout: must be a finite number > 0, got nan"),
+        (["--startup-timeout", "inf"], "argument --startup-timeout: must be a finite number > 0, got inf"),
+        (["--stall-timeout", "0"], "argument --stall-timeout: must be a finite number > 0, got 0"),
+        (["--learned-min-samples", "0"], "argument --learned-min-samples: must be a whole number >= 1, got 0"),
+        (["--max-restarts", "-1"], "argument --max-restarts: must be a whole number >= 0, got -1"),
+        (["--max-restarts", "two"], "argument --max-restarts: expected a whole number, got 'two'"),
+        (["--learned-factor=-inf"], "argument --learned-factor: must be a finite number >= 0, got -inf"),
+        (["--learned-floor", "0"], "argument --learned-floor: must be a finite number > 0, got 0"),
+        (["--backoff", "120"], "--backoff-max (60) must be >= --backoff (120): raise --backoff-max or lower --backoff"),
+        (["--idle-timeout", "-1"], "argument --idle-timeout: must be a finite number >= 0, got -1"),
+        (["--compile-cap", "inf"], "argument --compile-cap: must be a finite number >= 0, got inf"),
+        (["--on-stall", "ignore"], "argument --on-stall: must be one of restart, report, got 'ignore'"),
+    ],
+)
+def test_bad_values_are_one_line_and_exit_2_through_the_cli(args: List[str], says: str, tmp_path: Path) -> None:
+    done = cli(["supervise", *args, "--", "true"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [done.stderr.strip()], "one line, no traceback"
+    assert done.stderr.startswith("trainbox: error: ") and says in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists(), "nothing may start on a bad value"
+
+
+def test_run_refuses_bad_values_before_loading_anything(tmp_path: Path) -> None:
+    done = cli(["run", "--profile", "safe", "--grace", "nan", "epochs=1"], tmp_path)
+    assert done.returncode == 2 and "argument --grace: must be a finite number >= 0, got nan" in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and not (tmp_path / "run").exists()

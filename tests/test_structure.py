@@ -1,0 +1,159 @@
+"""The house's plan, pinned: which folder may import which, and how big a unit may grow.
+
+The package's folders are layers, from the words of a run directory up to the command line
+(:data:`LAYERS`). A module imports only from its own layer or those below it, so there is no cycle
+between folders and no arrow back up; the core (everything below ``view``) never imports
+presentation code. Functions stay under 60 lines and classes under 250: past that a unit does
+several things, and the next feature belongs in a module of its own. Tests mirror the folders.
+Imports inside functions count as well: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+from tests.paths import REPO
+
+PACKAGE = REPO / "train"
+#: Low to high. A unit is a folder of train/ or a top-level module; each may import its own layer and those below.
+LAYERS: Tuple[Tuple[str, ...], ...] = (
+    ("__init__", "errors", "atomic", "interrupt"),  # the ground floor: standard library only
+    ("rundir",),  # the run's files and their words
+    ("heartbeat", "faults"),  # the child's side of the contract
+    ("system",),  # facts about the machine and its processes
+    ("diagnose",),  # why a child is silent
+    ("supervise",),  # the supervisor and what only it uses
+    ("view",),  # what a person sees: status, live view, report
+    ("yolo",),  # everything Ultralytics
+    ("container",),  # the images and containers
+    ("doctor",),  # what stands between the machine and a run
+    ("cli", "__main__"),  # the front door
+)
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+#: Presentation libraries: only ``view`` (and what stands above it) may import them.
+PRESENTATION = ("rich", "matplotlib")
+CORE = ("rundir", "system", "diagnose", "supervise")
+MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 250
+#: Test folders that mirror no package folder: shared helpers and recorded data.
+TEST_ONLY = {"fixtures", "__pycache__"}
+
+
+def modules() -> Iterator[Tuple[str, Path]]:
+    """(dotted name under trainbox, path) of every module in train/."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        yield ".".join(parts), path
+
+
+def unit_of(dotted: str) -> str:
+    """The folder (or top-level module) a module belongs to: ``supervise.monitor`` -> ``supervise``."""
+    return dotted.split(".", 1)[0]
+
+
+def imported(path: Path, dotted: str) -> Iterator[str]:
+    """Every trainbox module ``path`` imports, as a dotted name under trainbox ("" for the package itself)."""
+    package = dotted.split(".")[:-1] if path.name != "__init__.py" else dotted.split(".")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(["trainbox", *package[: len(package) - node.level + 1], *([base] if base else [])])
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            if name == "trainbox" or name.startswith("trainbox."):
+                yield name[len("trainbox.") :] if name != "trainbox" else "__init__"
+
+
+def third_party(path: Path) -> Set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def unit_graph() -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {}
+    for dotted, path in modules():
+        source = unit_of(dotted)
+        graph.setdefault(source, set()).update(unit_of(name) for name in imported(path, dotted) if unit_of(name) != source)
+    return graph
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {unit_of(dotted) for dotted, _ in modules()}
+    assert units <= set(RANK), f"give these a layer in LAYERS: {sorted(units - set(RANK))}"
+
+
+def test_no_import_runs_back_up() -> None:
+    upward = [
+        f"{dotted} imports trainbox.{name} ({unit_of(dotted)} is below {unit_of(name)})"
+        for dotted, path in modules()
+        for name in imported(path, dotted)
+        if unit_of(name) in RANK and RANK[unit_of(name)] > RANK.get(unit_of(dotted), len(LAYERS))
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_cycle_between_folders() -> None:
+    graph = unit_graph()
+
+    def reaches(start: str, goal: str, seen: Set[str]) -> bool:
+        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph.get(start, ()))
+
+    cycles = [f"{a} <-> {b}" for a, b in itertools.combinations(sorted(graph), 2) if reaches(a, b, {a}) and reaches(b, a, {b})]
+    assert not cycles, cycles
+
+
+def test_the_core_never_imports_presentation() -> None:
+    found = [
+        f"{dotted} imports {name}"
+        for dotted, path in modules()
+        if unit_of(dotted) in CORE
+        for name in sorted(third_party(path) & set(PRESENTATION))
+    ]
+    assert not found, found
+
+
+def _sizes(kinds: Tuple[type, ...]) -> List[Tuple[int, str]]:
+    found = []
+    for dotted, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, kinds):
+                found.append((node.end_lineno - node.lineno + 1, f"{dotted}.{node.name}"))  # type: ignore[attr-defined]
+    return sorted(found, reverse=True)
+
+
+def test_no_function_over_60_lines() -> None:
+    long = [f"{name}: {lines}" for lines, name in _sizes((ast.FunctionDef, ast.AsyncFunctionDef)) if lines > MAX_FUNCTION_LINES]
+    assert not long, long
+
+
+def test_no_class_over_250_lines() -> None:
+    long = [f"{name}: {lines}" for lines, name in _sizes((ast.ClassDef,)) if lines > MAX_CLASS_LINES]
+    assert not long, long
+
+
+def test_tests_mirror_the_folders() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    mirrored = {p.name for p in (REPO / "tests").iterdir() if p.is_dir()} - TEST_ONLY
+    assert folders <= mirrored, f"no tests/ folder for {sorted(folders - mirrored)}"
+    assert mirrored <= folders, f"tests/ folders that mirror no package folder: {sorted(mirrored - folders)}"
+
+
+def test_every_folder_is_packaged() -> None:
+    """pyproject.toml lists every package folder, so an install (the images, pip install) carries it."""
+    text = (REPO / "pyproject.toml").read_text()
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    missing = [name for name in folders if f'"trainbox.{name}"' not in text]
+    assert not missing, f"add to [tool.setuptools] packages: {missing}"

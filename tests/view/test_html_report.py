@@ -1,0 +1,241 @@
+"""``trainbox report``: the report the supervisor leaves after a real run with a stall, opened in a real Chromium.
+
+The run is real: ``python -m trainbox supervise`` over ``tests.epochs`` (a child that
+trains like Ultralytics in seconds: epochs, results.csv, last.pt, resume), hung by
+``trainbox.faults`` in epoch 2, noticed, reported, killed and resumed. The
+Ultralytics version of the same is ``tests/yolo/test_report.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+from PIL import Image, ImageStat
+
+from tests.supervised import Finished, faulty_child, train_cli
+from trainbox.rundir.layout import IncidentDir, RunDir
+from trainbox.view import html_report, runview
+
+EPOCHS, BATCHES = 4, 5
+#: The hang: attempt 0, epoch 2, after its 3rd batch (step 8); the restart resumes epoch 2 from step 5.
+FAULT = "sleep@train_batch,attempt=0,epoch=2,batch=3"
+OPTIONS = ["--stall-timeout", "2", "--startup-timeout", "20", "--grace", "1", "--backoff", "0.2", "--quiet"]
+
+
+def epochs_child() -> List[str]:
+    return [sys.executable, "-m", "tests.epochs", "--epochs", str(EPOCHS), "--batches", str(BATCHES), "--interval", "0.15"]
+
+
+@pytest.fixture(scope="module")
+def stalled_run(tmp_path_factory: pytest.TempPathFactory) -> Finished:
+    """A finished supervised run: one stall in epoch 2, one restart, completed; its report written by the supervisor."""
+    run_dir = tmp_path_factory.mktemp("report") / "run"
+    # Every beat written (not once a second): the stall's last beat is the batch the hang came after.
+    env = {"TRAIN_FAULT": FAULT, "TRAIN_HEARTBEAT_INTERVAL": "0.01"}
+    done = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *epochs_child()], run_dir, env)
+    assert done.code == 0, done.stderr
+    assert done.kinds() == ["start", "stall", "restart", "start", "exit"]
+    return done
+
+
+def images(page: str) -> List[Image.Image]:
+    return [
+        Image.open(io.BytesIO(base64.b64decode(data))) for data in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
+    ]
+
+
+def test_the_supervisor_leaves_a_report_with_the_events_the_stall_and_the_figures(stalled_run: Finished) -> None:
+    run = RunDir(stalled_run.run_dir)
+    assert run.report.stat().st_mtime >= stalled_run.of("exit")[0]["ts"] - 1, "written as the run ended"
+    assert "report.html" not in stalled_run.stderr, "written quietly: the run's last line stays its outcome"
+    page = run.report.read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", " ", page))
+
+    charts = images(page)
+    assert len(charts) == 3, "throughput, loss/mAP and silences"
+    assert all(chart.format == "PNG" and chart.width >= 600 and chart.height >= 150 for chart in charts)
+    assert 'src="http' not in page and "src='http" not in page, "self-contained: nothing to fetch"
+
+    for event in stalled_run.events:  # the history: every event, at its time
+        assert f"{event['event']}" in text
+    assert len(re.findall(r"<tr><td>[^<]+</td><td>\d+</td><td>(start|stall|restart|exit)</td>", page)) == 5
+
+    (stall,) = stalled_run.of("stall")
+    assert f"stall {stall['budget_s']:g} s" in text and f"{stall['silent_s']:.1f} s" in text
+    assert "3 batches" in text, "lost work: steps 6-8 of epoch 2 were trained again"
+    for field in ("cause", "evidence"):  # recorded by supervisors that diagnose the stall; shown when there
+        if stall.get(field):
+            assert runview._text(stall[field]) in text
+
+    incident = Path(stall["incident"])
+    link = os.path.relpath(IncidentDir(incident).summary, run.root)
+    assert f'href="{link}"' in page and (run.root / link).is_file()
+    assert re.search(r"restarts, stalls, crashes\s+1, 1, 0", text)
+    assert re.search(rf"epochs in results.csv\s+{EPOCHS} of {EPOCHS}", text)
+    assert re.search(r"time lost to stalls\s+0m0\ds", text) and "final profile" in text
+    assert re.search(r"train\s+\d+\s+[\d.]+ s\s+stall 2 s", text), "the train phase's silences against the stall budget"
+
+
+def test_the_view_resumes_where_the_checkpoint_was(stalled_run: Finished) -> None:
+    view = runview.read(stalled_run.run_dir)
+    (stall,) = view.stalls
+    assert stall.last_step == BATCHES + 3 and stall.phase == "train"
+    loss = view.loss(stall)
+    assert loss.steps == 3 and loss.regained and stall.silent_s < loss.seconds < 30
+    assert [a.ended_by for a in view.attempts] == ["stall", "exit"]
+    assert [row["epoch"] for row in view.results] == list(range(1, EPOCHS + 1))
+    assert {s["attempt"] for s in view.samples} == {0, 1}
+    assert "startup" in html_report.phase_silences(view) and "train" in html_report.phase_silences(view)
+
+
+def test_the_stall_cause_and_its_first_evidence_line_are_shown(stalled_run: Finished) -> None:
+    """The supervisor classifies every stall (trainbox.diagnose.causes): its stall event's cause and first evidence line."""
+    stall = stalled_run.of("stall")[0]
+    assert stall["cause"] and stall["evidence"], stall
+    text = html.unescape(RunDir(stalled_run.run_dir).report.read_text())
+    incidents = text.split("Incidents")[1].split("History")[0]
+    assert stall["cause"] in incidents and stall["evidence"][0] in incidents
+
+
+def test_cause_and_evidence_are_read_from_the_incident_when_the_event_lacks_them(stalled_run: Finished, tmp_path: Path) -> None:
+    """An older supervisor's stall event has no cause: the report falls back to the incident's summary.json."""
+    copy = tmp_path / "run"
+    shutil.copytree(stalled_run.run_dir, copy)
+    history = RunDir(copy).events
+    records = [json.loads(line) for line in history.read_text().splitlines()]
+    for record in records:
+        if record["event"] == "stall":
+            record.pop("cause"), record.pop("evidence")
+    history.write_text("".join(json.dumps(record) + "\n" for record in records))
+    summary = IncidentDir(copy / "incidents" / Path(stalled_run.of("stall")[0]["incident"]).name).summary
+    recorded = json.loads(summary.read_text())
+    recorded.update(cause="dataloader worker deadlock", evidence=["worker 4711 blocked in hang_sleep (faults.py:39)", "more"])
+    summary.write_text(json.dumps(recorded))
+    text = html.unescape(html_report.write(copy).read_text())
+    assert "dataloader worker deadlock" in text and "worker 4711 blocked in hang_sleep (faults.py:39)" in text
+    assert "more" not in text.split("Incidents")[1].split("History")[0], "one line of evidence"
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        pytest.skip("chromium is not installed: apt-get install chromium (.ci/docker-setup.sh does; in CI this fails)")
+    return found
+
+
+def test_the_report_renders_in_headless_chromium(stalled_run: Finished, tmp_path: Path) -> None:
+    shot = tmp_path / "report.png"
+    page = RunDir(stalled_run.run_dir).report
+    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,1800"]
+    done = subprocess.run(
+        [*command, f"--screenshot={shot}", page.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, HOME=str(tmp_path)),  # its profile and crash reports go there
+    )
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    picture = Image.open(shot).convert("RGB")
+    assert picture.size == (1100, 1800)
+    spread = ImageStat.Stat(picture.convert("L")).stddev[0]
+    assert spread > 20, f"the screenshot is (nearly) blank: grey-level spread {spread:.1f}"
+    # The charts are drawn, not only the tables: the stall's red (#d62728) is on the page.
+    reds = sum(1 for r, g, b in picture.getdata() if r > 180 and g < 80 and b < 80)
+    assert reds > 50, f"no stall marker in the rendered charts ({reds} red pixels)"
+
+
+def test_a_failing_report_does_not_change_how_the_run_ended(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.report.mkdir(parents=True)  # a directory where the report goes: it cannot be written
+    done = train_cli(["supervise", "--run-dir", str(tmp_path), *OPTIONS, "--", *faulty_child("--steps", "3")], tmp_path)
+    assert done.code == 0 and done.kinds() == ["start", "exit"]
+    assert re.search(r"^trainbox: no report written: \w+Error: .+$", done.stderr, re.M), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "{missing}"], "is not a directory"),
+        (["report", "{run}", "--deadline", "tomorrow"], "--deadline 'tomorrow': use HH:MM"),
+        (["status", "--run-dir", "{run}", "--deadline", "25:99"], "--deadline '25:99': use HH:MM"),
+        (["status", "--run-dir", "{missing}", "--watch"], "not found"),
+    ],
+)
+def test_mistakes_are_one_line(stalled_run: Finished, tmp_path: Path, args: List[str], message: str) -> None:
+    given = [a.format(missing=tmp_path / "nope", run=stalled_run.run_dir) for a in args]
+    done = train_cli(given, tmp_path, timeout=60)
+    assert done.code == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_report_to_another_file_links_back_into_the_run(stalled_run: Finished, tmp_path: Path) -> None:
+    out = tmp_path / "elsewhere" / "r.html"
+    done = train_cli(["report", str(stalled_run.run_dir), "--out", str(out), "--deadline", "2000-01-01T00:00"], tmp_path)
+    assert done.code == 0 and done.stdout.strip() == str(out), done.stderr
+    text = html.unescape(out.read_text())
+    assert re.search(r"deadline\s+2000-01-01 00:00: finished \d\d:\d\d, late by", re.sub(r"<[^>]+>", " ", text))
+    for href in re.findall(r'href="([^"]+)"', text):
+        assert (out.parent / href).exists(), href
+
+
+def test_without_matplotlib_the_run_ends_as_it_would_with_one_line_saying_so(tmp_path: Path) -> None:
+    """A Python without matplotlib (a plain `pip install trainbox`): here one whose matplotlib cannot be imported."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "matplotlib.py").write_text("raise ModuleNotFoundError('No module named matplotlib', name='matplotlib')\n")
+    run_dir = tmp_path / "run"
+    env = {"PYTHONPATH": str(shadow)}
+    done = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *faulty_child("--steps", "3")], run_dir, env)
+    assert done.code == 0 and done.kinds() == ["start", "exit"], done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "trainbox: no report written: matplotlib is not installed (`pip install matplotlib`, or trainbox[yolo])"
+    )
+    assert not RunDir(run_dir).report.exists()
+    refused = train_cli(["report", str(run_dir)], run_dir, env)
+    assert (
+        refused.code == 2
+        and refused.stderr
+        == "trainbox: error: trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)\n"
+    )
+
+
+def test_status_without_watch_is_the_snapshot(stalled_run: Finished) -> None:
+    done = train_cli(["status", "--run-dir", str(stalled_run.run_dir), "--deadline", "2000-01-01T00:00"], stalled_run.run_dir)
+    assert done.code == 0, done.stderr
+    assert f"epoch {EPOCHS}/{EPOCHS}" in done.stdout and "restarts  1, stalls 1, crashes 0" in done.stdout
+    assert "deadline  2000-01-01 00:00: expected finish" in done.stdout
+
+
+def test_a_directory_supervised_twice_is_one_run(tmp_path: Path) -> None:
+    """The first supervisor gives up after the stall; a second one (a rerun, a restarted container) finishes the run."""
+    run_dir = tmp_path / "run"
+    env = {"TRAIN_FAULT": FAULT, "TRAIN_HEARTBEAT_INTERVAL": "0.01"}
+    first = train_cli(
+        ["supervise", "--run-dir", str(run_dir), *OPTIONS, "--max-restarts", "0", "--", *epochs_child()], run_dir, env
+    )
+    assert first.code == 1, first.stderr
+    calm = {"TRAIN_HEARTBEAT_INTERVAL": "0.01"}  # attempts count from 0 again: the fault would fire again
+    second = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *epochs_child()], run_dir, calm)
+    assert second.code == 0 and second.kinds() == ["start", "stall", "give_up", "exit", "start", "exit"], second.stderr
+
+    view = runview.read(run_dir)
+    assert [(a.index, a.number, a.ended_by) for a in view.attempts] == [(0, 0, "stall"), (1, 0, "exit")]
+    assert sorted(view.samples_by_attempt()) == [0, 1] and view.finished
+    (stall,) = view.stalls
+    loss = view.loss(stall)
+    assert loss.steps == 3 and loss.regained
+    _, series = html_report._throughput(view)
+    assert sorted(series) == [0, 1], "two lines: the attempts of both supervisors"
+    text = html.unescape(re.sub(r"<[^>]+>", " ", RunDir(run_dir).report.read_text()))
+    assert re.search(r"restarts, stalls, crashes\s+0, 1, 0", text) and re.search(rf"epochs in results.csv\s+{EPOCHS} of", text)

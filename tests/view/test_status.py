@@ -1,0 +1,90 @@
+"""`invoke status` from a synthetic run directory, and the .env settings (no Docker)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from trainbox.container import dotenv
+from trainbox.errors import UserError
+from trainbox.rundir.layout import RunDir
+from trainbox.view import status
+
+NOW = 1_800_000_000.0
+
+
+def make_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "train" / "weights").mkdir(parents=True)
+    (run / "train" / "args.yaml").write_text("epochs: 10\nbatch: 16\n")
+    (run / "state.json").write_text(json.dumps({"state": "running", "attempt": 1, "restarts": 1, "stalls": 1}))
+    beat = {"epoch": 3, "batch": 5, "step": 25, "phase": "train", "imgs_per_s": 32.0, "ts": NOW - 4}
+    (run / "heartbeat.json").write_text(json.dumps(beat))
+    stall = {"event": "stall", "attempt": 0, "cause": "loader_deadlock", "evidence": ["main thread in _try_get_data", "x"]}
+    events = [{"event": "start", "attempt": 0}, stall, {"event": "restart", "attempt": 0}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"torn')
+    last = run / "train" / "weights" / "last.pt"
+    last.write_bytes(b"")
+    os.utime(last, (NOW - 90, NOW - 90))
+    return run
+
+
+def test_progress_and_eta(tmp_path: Path) -> None:
+    progress = status.read(make_run(tmp_path))
+    assert progress.batches_per_epoch == 10  # (25 - 5) steps over 2 finished epochs
+    assert progress.eta_s() == pytest.approx((100 - 25) * 16 / 32.0)
+    assert (progress.count("restart"), progress.count("stall"), progress.count("crash")) == (1, 1, 0)
+
+
+def test_under_torchrun_the_lowest_ranks_beat_is_the_progress(tmp_path: Path) -> None:
+    run = make_run(tmp_path)  # its heartbeat.json: the launcher's (Ultralytics' DDP launcher beats only its setup)
+    (run / "heartbeat.json").write_text(json.dumps({"phase": "setup", "ts": NOW - 60}))
+    files = RunDir(run).rank_heartbeat
+    files.directory.mkdir()
+    for rank, step in ((3, 24), (2, 25)):
+        files(rank).write_text(json.dumps({"rank": rank, "epoch": 3, "batch": 5, "step": step}))
+    assert status.read(run).beat["rank"] == 2, "this node's lowest rank"
+
+
+def test_render_with_deadline(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    now = datetime.datetime.fromtimestamp(NOW)
+    lines = status.render(run, status.read(run), "healthy", now + datetime.timedelta(hours=1), now=NOW)
+    text = "\n".join(lines)
+    assert "epoch 3/10, batch 5/10" in text and "32.0 img/s" in text
+    assert "restarts  1, stalls 1, crashes 0" in text
+    assert "stall     attempt 0: loader_deadlock (main thread in _try_get_data)" in lines, "the cause and first evidence line"
+    assert "last.pt 1m30s old" in text and "health    healthy" in text
+    assert "makes it with" in text
+    late = status.render(run, status.read(run), None, now + datetime.timedelta(seconds=10), now=NOW)
+    assert "late by" in late[-1]
+
+
+def test_deadline_parsing() -> None:
+    now = datetime.datetime(2026, 11, 21, 23, 0)
+    assert status.parse_deadline("07:00", now) == datetime.datetime(2026, 11, 22, 7, 0)
+    assert status.parse_deadline("2026-11-21T23:30", now) == datetime.datetime(2026, 11, 21, 23, 30)
+    utc = datetime.datetime(2026, 11, 21, 23, 30, tzinfo=datetime.timezone.utc)
+    assert status.parse_deadline("2026-11-21T23:30+00:00", now) == utc.astimezone().replace(tzinfo=None)
+    with pytest.raises(UserError):
+        status.parse_deadline("soon", now)
+
+
+def test_missing_run_dir_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found"):
+        status.read(tmp_path / "nope")
+
+
+def test_dotenv_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TRAINBOX_KFD_DEVICE", str(tmp_path / "kfd"))
+    monkeypatch.setenv("TRAINBOX_TORCH_VERSION", "9.9.9")
+    monkeypatch.delenv("TRAINBOX_CA_CERTS", raising=False)
+    values = dotenv.settings("cpu")
+    assert values["COMPOSE_PROFILES"] == "cpu" and values["TORCH_VERSION"] == "9.9.9"
+    assert values["TRAINBOX_RENDER_GID"].isdigit() and values["EXTRA_CA_CERTS_B64"] == ""
+    rendered = dotenv.render(values)
+    assert rendered.startswith("# Generated") and "\nTORCH_VERSION=9.9.9\n" in rendered

@@ -1,0 +1,209 @@
+"""A silence's samples, and the two judgements the supervisor acts on.
+
+:class:`Window` keeps the samples :class:`trainbox.diagnose.evidence.Sampler` took since the last beat and turns
+them into: how long the whole tree has been idle (:meth:`Window.idle_for_s`), and whether a kernel compile is
+making progress (:meth:`Window.compile_progress`). :mod:`trainbox.diagnose.causes` reads the same window, with
+stacks, to name the cause. Pure arithmetic over samples: tested with made-up ones in milliseconds, and an
+incident's ``evidence.json`` reads back into a Window (:meth:`Window.from_json`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from trainbox.diagnose.evidence import CacheSample, ProcSample, Sample
+
+#: The whole tree is idle below this many cores of CPU (10 % of one core): a deadlocked trainer still
+#: runs a few timer and watchdog threads (tqdm's monitor, torch's pin-memory thread), never more.
+IDLE_CPU_CORES = 0.1
+#: ... and below this rate of I/O (read + written characters, all processes): a beat-less child
+#: that still reads its dataset or writes its log is working, a deadlocked one does neither.
+IDLE_IO_BYTES_PER_S = 64 * 1024
+#: A kernel cache that grew within this many seconds counts as compile progress: MIOpen compiles
+#: one solver at a time in-process (comgr) and writes each kernel when done, seconds to a minute apart.
+CACHE_PROGRESS_S = 60.0
+#: A compiler process counts as progress when it used at least this much CPU in the last interval.
+COMPILER_BUSY_CORES = 0.05
+
+#: Samples a window keeps besides its first one (5 minutes at SAMPLE_EVERY_S): bounds memory and
+#: the incident's evidence.json for silences of hours.
+WINDOW_KEEP = 150
+
+
+@dataclass
+class Interval:
+    """What changed between two samples."""
+
+    seconds: float
+    cpu_s: Dict[Tuple[int, float], float] = field(default_factory=dict)
+    demand_s: Dict[Tuple[int, float], float] = field(default_factory=dict)  # falls back to cpu_s
+    io: Dict[Tuple[int, float], int] = field(default_factory=dict)  # characters read + written
+    cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes)
+
+
+def interval(before: Sample, after: Sample) -> Interval:
+    """CPU used per process, I/O and cache growth from ``before`` to ``after``.
+
+    A process new in ``after`` counts with all its CPU time and I/O (it started within the interval).
+    Cache growth counts only when the tree used at least IDLE_CPU_CORES.
+    """
+    change = Interval(seconds=max(after.ts - before.ts, 1e-6))
+    for proc in after.procs:
+        old = before.proc(proc.key)
+        change.cpu_s[proc.key] = max(0.0, proc.cpu_s - (old.cpu_s if old else 0.0))
+        if proc.demand_s is not None and (old is None or old.demand_s is not None):
+            change.demand_s[proc.key] = max(0.0, proc.demand_s - (old.demand_s if old and old.demand_s else 0.0))
+        else:
+            change.demand_s[proc.key] = change.cpu_s[proc.key]
+        if proc.io_chars is not None:
+            base = old.io_chars if old is not None and old.io_chars is not None else 0
+            change.io[proc.key] = max(0, proc.io_chars - base)
+    # A cache grows on this tree's account only while the tree uses CPU: the default caches
+    # (/tmp/torchinductor_<user>, ~/.cache/miopen) are shared with every other compile on the machine,
+    # while a compile of ours burns CPU in the tree (in-process through comgr or Inductor, or in a compiler).
+    tree_floor = IDLE_CPU_CORES * change.seconds
+    earlier = {c.var: c for c in before.caches}
+    for cache in after.caches:
+        old_cache = earlier.get(cache.var)
+        if old_cache is None:  # the directory appeared within the interval
+            old_cache = CacheSample(cache.var, cache.path, 0, 0, 0.0, capped=False)
+        files, size = cache.files - old_cache.files, cache.bytes - old_cache.bytes
+        if (files > 0 or size > 0 or cache.newest > old_cache.newest) and sum(change.cpu_s.values()) >= tree_floor:
+            change.cache_growth[cache.var] = (max(files, 0), max(size, 0))
+    return change
+
+
+def compiling(change: Interval, after: Sample) -> List[ProcSample]:
+    """The compiler processes that used at least COMPILER_BUSY_CORES over the interval.
+
+    A compiler that waits is not compiling: Inductor keeps its pool of compile workers for the
+    process's whole life, idle between compiles.
+    """
+    return [p for p in after.procs if p.compiler and change.cpu_s.get(p.key, 0.0) / change.seconds >= COMPILER_BUSY_CORES]
+
+
+def is_idle(change: Interval, after: Sample) -> bool:
+    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing."""
+    return (
+        sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
+        and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
+        and not change.cache_growth
+        and not compiling(change, after)
+    )
+
+
+class Window:
+    """The samples of the current silence; the supervisor clears it at every beat.
+
+    Keeps the first sample and the last :data:`WINDOW_KEEP`; idleness is tracked as samples
+    arrive, so it is exact however long the silence.
+    """
+
+    def __init__(self) -> None:
+        self.first: Optional[Sample] = None
+        self.recent: Deque[Sample] = deque(maxlen=WINDOW_KEEP)
+        self._idle_since: Optional[float] = None
+        self._last_growth: Dict[str, float] = {}  # cache var -> ts of the last sample that saw it grow
+        self._grown: Dict[str, Tuple[int, int]] = {}  # cache var -> (files, bytes) the tree added
+
+    def add(self, sample: Sample) -> None:
+        previous = self.recent[-1] if self.recent else None
+        if self.first is None:
+            self.first = sample
+        self.recent.append(sample)
+        if previous is None:
+            return
+        change = interval(previous, sample)
+        for var, (files, size) in change.cache_growth.items():
+            self._last_growth[var] = sample.ts
+            grown = self._grown.get(var, (0, 0))
+            self._grown[var] = (grown[0] + files, grown[1] + size)
+        if is_idle(change, sample):
+            if self._idle_since is None:
+                self._idle_since = previous.ts
+        else:
+            self._idle_since = None
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    @property
+    def samples(self) -> List[Sample]:
+        """The kept samples, oldest first (the first one always included)."""
+        kept = list(self.recent)
+        if self.first is not None and (not kept or kept[0] is not self.first):
+            kept.insert(0, self.first)
+        return kept
+
+    @property
+    def last(self) -> Optional[Sample]:
+        return self.recent[-1] if self.recent else None
+
+    def span_s(self) -> float:
+        """Seconds from the first sample to the last."""
+        return self.recent[-1].ts - self.first.ts if self.first is not None and self.recent else 0.0
+
+    def idle_for_s(self) -> float:
+        """How long the whole tree has been continuously idle (see :func:`is_idle`); 0.0 if not idle now."""
+        last = self.last
+        return last.ts - self._idle_since if last is not None and self._idle_since is not None else 0.0
+
+    def _over(self, since_s: Optional[float]) -> Optional[Interval]:
+        last = self.last
+        if last is None or self.first is None:
+            return None
+        base = self.first
+        if since_s is not None:
+            base = next((s for s in self.samples if last.ts - s.ts <= since_s), last)
+        return interval(base, last) if base is not last else None
+
+    def cpu_cores(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Average cores used per live process (pid) over the window, or over its last ``since_s``."""
+        change = self._over(since_s)
+        return {key[0]: used / change.seconds for key, used in change.cpu_s.items()} if change else {}
+
+    def demand_cores(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Average cores wanted (used + waited for) per live process (pid), as :meth:`cpu_cores`."""
+        change = self._over(since_s)
+        return {key[0]: wanted / change.seconds for key, wanted in change.demand_s.items()} if change else {}
+
+    def io_rates(self, since_s: Optional[float] = None) -> Dict[int, float]:
+        """Characters read and written per second per live process (pid), as :meth:`cpu_cores`."""
+        change = self._over(since_s)
+        return {key[0]: chars / change.seconds for key, chars in change.io.items()} if change else {}
+
+    def compile_progress(self) -> Tuple[str, ...]:
+        """Evidence lines when a compile made progress lately; () when none.
+
+        Progress is a compiler process that used CPU in the last interval, or a kernel cache
+        that grew, while the tree used CPU, within the last :data:`CACHE_PROGRESS_S`.
+        """
+        samples = self.samples
+        if len(samples) < 2:
+            return ()
+        before, last = samples[-2], samples[-1]
+        change = interval(before, last)
+        lines = []
+        for proc in compiling(change, last):
+            cpu = 100 * change.cpu_s[proc.key] / change.seconds
+            lines.append(f"{proc.name} (pid {proc.pid}) running for {last.boot - proc.started:.0f} s, {cpu:.0f} % CPU")
+        for var, grew_at in self._last_growth.items():
+            if last.ts - grew_at <= CACHE_PROGRESS_S:
+                files, size = self._grown[var]
+                shown = var.replace(" (default)", "")
+                lines.append(f"{shown} grew by {files} files ({size / 1024:.0f} KiB) in {self.span_s():.0f} s")
+        return tuple(lines)
+
+    def to_json(self) -> List[Dict[str, Any]]:
+        """The kept samples, for the incident's evidence.json."""
+        return [sample.to_dict() for sample in self.samples]
+
+    @classmethod
+    def from_json(cls, rows: Sequence[Mapping[str, Any]]) -> Window:
+        """A window holding the samples :meth:`to_json` wrote."""
+        window = cls()
+        for row in rows:
+            window.add(Sample.from_dict(row))
+        return window

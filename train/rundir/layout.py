@@ -1,0 +1,189 @@
+"""The run directory: every path a run reads or writes, named once.
+
+``RunDir(root)`` names the run's files (``run.events``, ``run.state``,
+``run.last_checkpoint`` ...) and numbered ones (``run.incident(session, attempt)``,
+``run.attempt_log(n)``, ``run.stack_dump(pid)``, ``run.rank_heartbeat(rank)``, each with its folder as
+``.directory``); ``IncidentDir`` names the
+files of one stall report. Each name is declared once, as an ``Entry`` with the
+path as the README writes it (``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` and
+``<rank>`` stand for numbers) and one line saying what it holds.
+
+Incidents are never overwritten or deleted: attempts count from 0 again each
+time a run directory is supervised, so a report is named by the supervisor's
+*session* (its start, UTC, as the number ``YYYYMMDDhhmmss``; see
+:meth:`RunDir.new_session`) and the attempt: ``incidents/20261123155507-0/``.
+The names sort in the order the reports were written. ``RunDir.entries()`` lists them;
+``tests/rundir/test_layout.py`` checks the README's run-directory table against that
+list both ways, so the table and the code cannot drift apart.
+
+Standard library only: the supervisor, the training child, its DataLoader
+workers and the host-side ``invoke status`` all import it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, List, Tuple, Type, overload
+
+#: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` or ``<rank>``.
+PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>", "<rank>")
+
+
+class Documented:
+    """A path of a layout as the README writes it, and what it holds."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+
+    @property
+    def name(self) -> str:
+        """The last part of the path (``midepoch.pt``), for code that only has its folder."""
+        return PurePosixPath(self.path).name
+
+
+class Entry(Documented):
+    """A fixed path of a layout: on an instance it is ``root / path``."""
+
+    @overload
+    def __get__(self, layout: None, owner: Type[Any]) -> Entry: ...
+
+    @overload
+    def __get__(self, layout: _Layout, owner: Type[Any]) -> Path: ...
+
+    def __get__(self, layout: Any, owner: Type[Any]) -> Any:
+        return self if layout is None else layout.root / self.path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Numbering:
+    """The paths of one numbered entry under ``root``: ``numbering(3)``, and the folder holding them.
+
+    A pattern with several placeholders takes one number for each, in the order they appear.
+    """
+
+    root: Path
+    pattern: str
+
+    def __call__(self, *numbers: int) -> Path:
+        placeholders = sorted((self.pattern.index(p), p) for p in PLACEHOLDERS if p in self.pattern)
+        if len(numbers) != len(placeholders):
+            raise TypeError(f"{self.pattern} takes {len(placeholders)} number(s), got {len(numbers)}")
+        path = self.pattern
+        for (_, placeholder), number in zip(placeholders, numbers):
+            path = path.replace(placeholder, str(int(number)))
+        return self.root / path.rstrip("/")
+
+    @property
+    def directory(self) -> Path:
+        return self.root / self.pattern.rstrip("/").rsplit("/", 1)[0]
+
+
+class Numbered(Documented):
+    """A path with one number in it (``logs/attempt-<n>.log``): on an instance, a ``Numbering``."""
+
+    @overload
+    def __get__(self, layout: None, owner: Type[Any]) -> Numbered: ...
+
+    @overload
+    def __get__(self, layout: _Layout, owner: Type[Any]) -> Numbering: ...
+
+    def __get__(self, layout: Any, owner: Type[Any]) -> Any:
+        return self if layout is None else Numbering(layout.root, self.path)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    root: Path
+
+    @classmethod
+    def entries(cls) -> List[Tuple[str, str]]:
+        """(path as documented, what it holds) for every entry, in declaration order."""
+        return [(e.path, e.what) for e in vars(cls).values() if isinstance(e, Documented)]
+
+
+@dataclass(frozen=True)
+class IncidentDir(_Layout):
+    """``incidents/<session>-<attempt>/``: what a stalled run looked like (see :mod:`trainbox.diagnose.incident`)."""
+
+    summary = Entry(
+        "summary.json", "which budget ran out, how long the child was silent, how stacks were obtained, cause and evidence"
+    )
+    evidence = Entry("evidence.json", "the samples of the silent tree the cause was judged from")
+    processes_json = Entry("processes.json", "the process tree with states, CPU times, threads")
+    processes_txt = Entry("processes.txt", "the same tree, for reading")
+    stack = Numbered("stacks/<pid>.txt", "all threads' Python stacks of one process of the tree")
+    heartbeat = Entry("heartbeat.json", "the last beat before the stall")
+    output_tail = Entry("output-tail.txt", "the end of the child's output")
+    kernel = Entry("kernel.txt", "amdgpu/kfd/GPU kernel messages")
+    gpu = Entry("gpu.txt", "rocm-smi or nvidia-smi output, when installed")
+
+
+@dataclass(frozen=True)
+class RunDir(_Layout):
+    """One run's directory (default ``runs/trainbox``, or ``$TRAIN_RUN_DIR``)."""
+
+    events = Entry("events.jsonl", "the run's history, one JSON object per line")
+    state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
+    heartbeat = Entry("heartbeat.json", "the child's last beat")
+    rank_heartbeat = Numbered(
+        "heartbeats/rank-<rank>.json",
+        "under torchrun: rank `<rank>`'s last beat (its global `RANK`), one file per rank of this node",
+    )
+    progress = Entry(
+        "progress.jsonl", "the child's beats, sampled every few seconds and at each phase change (throughput, silences)"
+    )
+    report = Entry("report.html", "`trainbox report`: the run in pictures, one self-contained file (refreshed when the run ends)")
+    stack_dump = Numbered("stacks/<pid>.txt", "a process's faulthandler stack dump, written on SIGUSR1")
+    incident_dir = Numbered(
+        "incidents/<session>-<attempt>/",
+        "the report written for a stall, before anything was killed (its cause and evidence in `summary.json`); "
+        "`<session>` is the supervisor's start (UTC, `YYYYMMDDhhmmss`), so no report is ever overwritten",
+    )
+    supervisor_hang = Numbered(
+        "incidents/<session>-supervisor.txt",
+        "the Python stacks of a hung supervisor and what `health --act` saw before it ended it (see "
+        "[who watches the supervisor](#who-watches-the-supervisor))",
+    )
+    lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
+    attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
+    rank_error = Numbered(
+        "logs/attempt-<n>.torchrun-error.json",
+        "under torchrun: the first failed rank's error (`TORCHELASTIC_ERROR_FILE`; written when its entry point is `@record`)",
+    )
+    container_log = Numbered(
+        "logs/container-<n>.log", "the output of an earlier, stopped container of the run, saved when `invoke train` replaced it"
+    )
+    train = Entry("train/", "Ultralytics' run directory (its `project`/`name`)")
+    train_args = Entry("train/args.yaml", "the arguments Ultralytics trained with")
+    results = Entry("train/results.csv", "Ultralytics' per-epoch metrics")
+    last_checkpoint = Entry(
+        "train/weights/last.pt", "Ultralytics' epoch-end checkpoint, written atomically; every restart resumes from it"
+    )
+    best_checkpoint = Entry("train/weights/best.pt", "Ultralytics' best-fitness checkpoint")
+    midepoch_checkpoint = Entry("train/weights/midepoch.pt", "the mid-epoch checkpoint, while an epoch is under way")
+    ultralytics = Entry("ultralytics/", "Ultralytics' own config directory (settings, a local font)")
+    network_log = Entry("network.log", "any network connection the training tried, refused (absent = none)")
+    container_exit = Entry(
+        "container-exit.json",
+        "in a trainbox container: the run's real exit status (see [Containers](#containers), restarts)",
+    )
+
+    def incident(self, session: int, attempt: int) -> IncidentDir:
+        """The stall report of ``attempt`` of the supervisor session ``session`` (see :meth:`new_session`)."""
+        return IncidentDir(self.incident_dir(session, attempt))
+
+    def new_session(self, started: float) -> int:
+        """The session number of a supervisor started at ``started`` (unix seconds): UTC ``YYYYMMDDhhmmss``.
+
+        One second later while reports of that number exist: only one supervisor
+        runs at a time (:mod:`trainbox.rundir.lock`), but two short ones may start
+        within the same second, and a report is never overwritten.
+        """
+        while True:
+            session = int(time.strftime("%Y%m%d%H%M%S", time.gmtime(started)))
+            if not any(self.incident_dir.directory.glob(f"{session}-*")):
+                return session
+            started += 1

@@ -1,0 +1,99 @@
+"""``RUN_DIR/state.json``: where the supervisor is, the transitions it may take, and the one reader of the file.
+
+The supervisor rewrites state.json at least once a second while it lives (``health`` holds it to that promise,
+:mod:`trainbox.supervise.watchdog`). Its ``state`` is a :class:`State`; :data:`TRANSITIONS` is the state machine
+the supervisor's record enforces, so a new ending or a new wait cannot quietly publish a state that ``health`` or
+``status`` would misread. ``health``, ``status`` and the live view all read the file through :func:`read`, which
+never raises: a missing, torn or hand-edited file is ``None`` and one line saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
+
+
+class State(str, Enum):
+    """Where the supervisor is. The transitions (:data:`TRANSITIONS`)::
+
+    STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
+    STARTING | RUNNING --exit != 0 (or the command cannot start)--> CRASHED
+    STARTING | RUNNING --budget spent or idle---> STALLED  (incident written, tree killed; trainbox.supervise.silence)
+    STARTING | RUNNING --the same, with --on-stall report--> unchanged (incident written once per silence)
+    STALLED --the child exited 0 while its incident was written--> SUCCEEDED
+    CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
+    CRASHED | STALLED --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
+    CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
+    STARTING --the supervisors before this one hung too often--> GAVE_UP
+
+    The arrows out of CRASHED and STALLED are :func:`trainbox.supervise.policy.decide`'s.
+    STARTING | RUNNING --SIGTERM/SIGINT/SIGHUP to the supervisor--> STOPPING --tree gone--> STOPPED
+    CRASHED | STALLED | BACKOFF --the same signal--> STOPPED
+    any --the run's history cannot be written-----> DISK_FULL
+    any --a process survives SIGKILL--------------> STUCK
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    CRASHED = "crashed"
+    STALLED = "stalled"
+    BACKOFF = "backoff"
+    SUCCEEDED = "succeeded"
+    GAVE_UP = "gave_up"
+    MISCONFIGURED = "misconfigured"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    DISK_FULL = "disk_full"
+    STUCK = "stuck"
+
+
+#: States in which ``python -m trainbox health`` reports healthy (while beats keep coming).
+LIVE_STATES = (State.STARTING, State.RUNNING, State.BACKOFF)
+#: States after which the supervisor only exits: ``health --act`` never ends it there.
+FINAL_STATES = (State.SUCCEEDED, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED, State.DISK_FULL, State.STUCK)
+#: Reachable from any state: the disk under the history filled up, or a process outlived SIGKILL.
+ANYWHERE: FrozenSet[State] = frozenset({State.DISK_FULL, State.STUCK})
+#: Every other move the supervisor may make (the class docstring draws them). Staying in a state is always allowed.
+TRANSITIONS: Mapping[State, FrozenSet[State]] = {
+    State.STARTING: frozenset({State.RUNNING, State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED, State.GAVE_UP}),
+    State.RUNNING: frozenset({State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED}),
+    State.CRASHED: frozenset({State.BACKOFF, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED}),
+    State.STALLED: frozenset({State.BACKOFF, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED, State.SUCCEEDED}),
+    State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),
+    State.STOPPING: frozenset({State.STOPPED}),
+    **{final: frozenset() for final in FINAL_STATES},
+}
+
+
+class InvalidTransition(RuntimeError):
+    """A move the state machine does not have: a bug in the supervisor, never a user's doing."""
+
+
+def check_transition(now: State, then: State) -> None:
+    """Raise InvalidTransition unless the supervisor may go from ``now`` to ``then``."""
+    if then is now or then in ANYWHERE or then in TRANSITIONS[now]:
+        return
+    raise InvalidTransition(f"the supervisor cannot go from {now.value} to {then.value}")
+
+
+def read(path: Path) -> Tuple[Optional[Dict[str, Any]], str]:
+    """state.json as a dict, or None and one line saying why (not there yet, unreadable, not an object)."""
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, f"no supervisor state at {path} (not started yet?)"
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable supervisor state at {path} ({exc})"
+    if not isinstance(state, dict):
+        return None, f"unreadable supervisor state at {path} (not a JSON object)"
+    return state, ""
+
+
+def state_of(record: Mapping[str, Any]) -> Optional[State]:
+    """The ``state`` field of a state.json record as a State; None when it holds no known state."""
+    try:
+        return State(record.get("state"))
+    except ValueError:
+        return None

@@ -1,0 +1,141 @@
+"""One attempt: a child tree started on entering, ended on leaving, whatever happened in between.
+
+Shaped after torchelastic's ``PContext``: ``with Attempt(...) as attempt:`` starts the command in a session of its
+own (so its whole tree can be found and ended), tied to the supervisor's life (it dies with the supervisor,
+:func:`trainbox.system.proctree.die_with_parent`), with its output drained into the attempt's log
+(:class:`~trainbox.supervise.output.OutputTee`) and its beats followed per rank
+(:class:`~trainbox.supervise.ranks.JobBeats`). Leaving the block ends the whole tree and reaps its root, so an
+exception in the loop (a full disk, a bug) never leaves a training process behind.
+
+A process that outlives SIGKILL (D state in a hung driver) cannot be waited for: :meth:`Attempt.end_tree` raises
+:class:`~trainbox.errors.Stuck` instead of hanging the supervisor, and a tree found stuck is not tried again on
+the way out.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import Any, Dict, List, Mapping, Optional
+
+from trainbox import heartbeat
+from trainbox.errors import Stuck
+from trainbox.rundir.layout import RunDir
+from trainbox.supervise import ranks
+from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.output import OutputTee
+from trainbox.supervise.planner import Launch
+from trainbox.supervise.record import Record
+from trainbox.supervise.silence import Limits, SilenceWatch
+from trainbox.system import proctree
+
+#: How long the killed child may take to be reaped once its whole tree is gone (normally microseconds;
+#: longer means the kernel holds it, and waiting on would hang the supervisor).
+REAP_S = 10.0
+#: Seconds the SIGKILL rounds of ``ProcessTree.terminate`` may take after the grace (50 rounds, 0.05 s each, and scans).
+KILL_S = 5.0
+#: What ``end_tree`` returns when there was nothing to end.
+NOTHING_ENDED: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": []}
+
+
+class CannotStart(Exception):
+    """The command could not be started at all (not found, not executable): ``errno`` and ``strerror`` say why."""
+
+
+def child_env(run_dir: RunDir, attempt: int, launch: Launch, environ: Mapping[str, str]) -> Dict[str, str]:
+    """The child's environment: ours, the launch's, and the supervisor contract (heartbeat file, attempt, run dir)."""
+    env = dict(ranks.TORCHRUN_DEFAULTS, **environ)
+    env.update(launch.env)
+    env.update(
+        {
+            heartbeat.HEARTBEAT_ENV: str(run_dir.heartbeat),
+            heartbeat.ATTEMPT_ENV: str(attempt),
+            heartbeat.RUN_DIR_ENV: str(run_dir.root),
+            ranks.ERROR_FILE_ENV: str(run_dir.rank_error(attempt)),
+            "TRAIN_STARTUP_TIMEOUT": str(launch.startup_timeout),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+class Attempt:
+    """One attempt in flight: what it was launched with and the handles to watch and end it."""
+
+    def __init__(self, number: int, launch: Launch, policy: BudgetPolicy, record: Record, grace_s: float, echo: bool) -> None:
+        self.number = number
+        self.launch = launch
+        self.policy = policy
+        self.record = record
+        self.grace_s = grace_s
+        self.echo = echo
+        self.run_dir = record.run_dir
+        self.env = child_env(self.run_dir, number, launch, os.environ)
+        self.ended = False
+
+    def __enter__(self) -> Attempt:
+        """Start the child; CannotStart when the command cannot run at all."""
+        ranks.clear(self.run_dir)
+        try:
+            # Popen from the main thread: the child's death signal is tied to the thread that forked it.
+            self.proc = subprocess.Popen(
+                list(self.launch.argv),
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=proctree.die_with_parent(),
+            )
+        except OSError as exc:
+            raise CannotStart(exc.strerror or str(exc)) from exc
+        try:
+            self.tee = OutputTee(self.proc.stdout, self.run_dir.attempt_log(self.number), self.echo)
+        except BaseException:
+            self.proc.kill()  # no handle to watch or end it by: it must not run on alone
+            self.proc.wait()
+            raise
+        self.tree = proctree.ProcessTree(self.proc.pid)
+        self.beats = ranks.JobBeats(self.run_dir, self.policy, time.monotonic())
+        self.watch = SilenceWatch(self.tree, self.env, Limits(self.launch.idle_timeout, self.launch.compile_cap))
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            if not self.ended:
+                self.end_tree()
+        finally:
+            self.tee.close()
+
+    def end_tree(self) -> Dict[str, List[int]]:
+        """End the whole tree and reap its root; what ``ProcessTree.terminate`` returns.
+
+        Raises Stuck when a process outlives SIGKILL or the root cannot be reaped within ``REAP_S``.
+        """
+        if self.ended:
+            return NOTHING_ENDED
+        result = NOTHING_ENDED
+        with self.record.quiet(self.grace_s + KILL_S + REAP_S):
+            try:
+                if self.tree.alive():
+                    result = self.tree.terminate(self.grace_s)
+                if result["survivors"]:
+                    raise proctree.stuck(result["survivors"])
+                try:
+                    self.proc.wait(timeout=REAP_S)
+                except subprocess.TimeoutExpired:
+                    raise proctree.stuck([self.proc.pid]) from None
+            finally:
+                self.ended = True  # found stuck or gone: nothing more can be done to it
+        return result
+
+    def exit_code(self) -> Optional[int]:
+        """The child's exit status, None while it runs."""
+        return self.proc.poll()
+
+
+def stuck_result(error: Stuck) -> Dict[str, List[int]]:
+    """What ``end_tree`` would have returned for a tree found stuck: every survivor was killed, and survived."""
+    pids = [process["pid"] for process in error.processes]
+    return {"terminated": [], "killed": pids, "survivors": pids}

@@ -1,0 +1,79 @@
+"""How long a child may stay silent before it counts as stalled.
+
+Which budget applies, in order:
+
+1. no beat yet in this attempt: ``startup`` (``--startup-timeout``);
+2. the last beat declared ``timeout``: ``phase:<phase>`` with that value;
+3. the phase has a learned budget: ``learned:<phase>``;
+4. otherwise ``stall`` (``--stall-timeout``).
+
+Learned budgets follow NVIDIA's nvidia-resiliency-ext: after ``min_samples``
+silent intervals have been seen in a phase, its budget becomes ``factor`` times
+the longest of them, never below ``floor`` and never above the stall timeout,
+so they only ever tighten detection of a phase whose rhythm is known. They are
+forgotten when the profile changes (other loader settings, other rhythm): the
+supervisor starts a new policy then.
+
+The numbers come from ``trainbox.supervise.settings`` (defaults, rules) and
+the attempt's ``Launch``, both validated before a policy is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+#: The most a beat's declared ``timeout`` is honoured for: a day. No silent phase of a training run
+#: (a MIOpen or torch.compile cold start, a checkpoint gather, a long validation) legitimately lasts
+#: longer, and a child must not switch stall detection off with ``Infinity`` or ``1e308``.
+MAX_DECLARED_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    seconds: float
+
+
+@dataclass
+class PhaseRhythm:
+    samples: int = 0
+    longest_s: float = 0.0
+
+
+@dataclass
+class BudgetPolicy:
+    startup_s: float
+    stall_s: float
+    factor: float
+    floor_s: float
+    min_samples: int
+    rhythm: Dict[str, PhaseRhythm] = field(default_factory=dict)
+
+    def observe(self, beat: Optional[Dict[str, Any]], silent_s: float) -> None:
+        """Record how long the child stayed silent after ``beat`` before its next progress."""
+        if beat is None or beat.get("timeout") is not None or self.factor == 0:
+            return
+        rhythm = self.rhythm.setdefault(str(beat.get("phase", "")), PhaseRhythm())
+        rhythm.samples += 1
+        rhythm.longest_s = max(rhythm.longest_s, silent_s)
+
+    def learned(self) -> Dict[str, float]:
+        """Learned budgets in force, by phase."""
+        return {
+            phase: round(min(self.stall_s, max(self.floor_s, self.factor * r.longest_s)), 3)
+            for phase, r in self.rhythm.items()
+            if r.samples >= self.min_samples and self.factor > 0
+        }
+
+    def current(self, beat: Optional[Dict[str, Any]]) -> Budget:
+        if beat is None:
+            return Budget("startup", self.startup_s)
+        phase = str(beat.get("phase", ""))
+        declared = beat.get("timeout")
+        if isinstance(declared, (int, float)) and not isinstance(declared, bool) and declared > 0:  # NaN is not > 0
+            return Budget(f"phase:{phase}", min(float(declared), MAX_DECLARED_S))
+        learned = self.learned().get(phase)
+        if learned is not None:
+            return Budget(f"learned:{phase}", learned)
+        return Budget("stall", self.stall_s)

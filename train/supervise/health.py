@@ -1,0 +1,207 @@
+"""``python -m trainbox health [--act]``: is the supervised run alive and making progress? And who watches the supervisor.
+
+Reads ``RUN_DIR/state.json``, which the supervisor rewrites every second while
+it watches a child. Healthy means: the supervisor is alive, keeps its promise
+to update the file (:mod:`trainbox.supervise.watchdog`), and the child has been silent
+for less than its current budget. Without ``--act`` it only reads.
+
+The supervisor is **hung** when it has broken that promise: state.json not
+updated for ``hung_after_s`` (``--hung-after``, default 60 s) after its last
+update or after the end of the work it declared (``quiet_until_ts``), while
+the process that wrote it is still there and the run is not over (:func:`hung`,
+a pure function of the file, the clock and the process's start time).
+
+``--act`` (the containers' HEALTHCHECK runs it every 30 s) ends a hung
+supervisor, the systemd ``WatchdogSec=`` pattern carried out by the health
+check (:func:`end`): it notes what the kernel says the supervisor is doing
+(state letter, ``wchan``); sends SIGUSR1, on which the supervisor registered
+faulthandler, and SIGCONT (a stopped process runs a handler only once
+continued), and waits for the dump; writes ``incidents/<session>-supervisor.txt``
+and a ``supervisor_hung`` event; then SIGKILL. The trainer dies with it
+(``PR_SET_PDEATHSIG``). In a container the supervisor is tini's only child, so
+the container exits 137 and Docker's ``restart: on-failure:3`` starts it
+again; the new supervisor resumes from ``last.pt``. A hang is thus ended
+within ``hung_after_s`` plus one health interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import psutil
+
+from trainbox.atomic import write_text_atomic
+from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S
+from trainbox.heartbeat import STACK_DUMP_SIGNAL
+from trainbox.rundir import state as state_file
+from trainbox.rundir.events import EventLog
+from trainbox.rundir.layout import RunDir
+from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State
+from trainbox.supervise import watchdog
+from trainbox.supervise.settings import HUNG_AFTER
+from trainbox.system import proctree
+
+#: How far the start time of the process with state.json's pid may be from the one the supervisor wrote
+#: (the same clock read by two processes; a recycled pid started later, at least seconds later).
+SAME_PROCESS_S = 0.5
+
+
+@dataclass(frozen=True)
+class Hang:
+    """A supervisor that broke its promise to update state.json: the evidence ``end`` acts on."""
+
+    pid: int
+    session: int
+    attempt: int
+    state: str
+    #: Seconds since state.json was last written, and the bound it broke.
+    age_s: float
+    hung_after_s: float
+    quiet_until_ts: Optional[float]
+
+
+def hung(state: Mapping[str, Any], now: float, started_ts: Optional[float]) -> Optional[Hang]:
+    """The hang to act on, or None. ``started_ts``: when the process with the state's pid started (None: no such process).
+
+    Pure: tests call it with a dictionary and a clock.
+    """
+    if State(state.get("state", State.STOPPED.value)) in FINAL_STATES:
+        return None  # the run is over: a supervisor slow to exit is not watching anything
+    own_start = state.get("supervisor_started_ts")
+    if started_ts is None or own_start is None or abs(started_ts - float(own_start)) > SAME_PROCESS_S:
+        return None  # gone, or the pid belongs to another process now (a new supervisor after a restart)
+    if not _promise_broken(state, now):
+        return None
+    updated = float(state.get("updated_ts", 0))
+    quiet_until = state.get("quiet_until_ts")
+    return Hang(
+        pid=int(state["supervisor_pid"]),
+        session=int(state.get("session") or time.strftime("%Y%m%d%H%M%S", time.gmtime(updated))),
+        attempt=int(state.get("attempt") or 0),
+        state=str(state.get("state")),
+        age_s=round(now - updated, 1),
+        hung_after_s=_bound(state),
+        quiet_until_ts=float(quiet_until) if quiet_until else None,
+    )
+
+
+def _bound(state: Mapping[str, Any]) -> float:
+    """The supervisor's promise: state.json rewritten at least this often (a state without one: the default)."""
+    return float(state.get("hung_after_s") or HUNG_AFTER.default)
+
+
+def _promise_broken(state: Mapping[str, Any], now: float) -> bool:
+    """Past ``hung_after_s`` since the last update, or since the end of the work declared (``quiet_until_ts``)."""
+    return now > max(float(state.get("updated_ts", 0)), float(state.get("quiet_until_ts") or 0)) + _bound(state)
+
+
+def check(run_dir: Path, now: float = 0.0, act: bool = False) -> Tuple[bool, str]:
+    """(healthy, one line saying why). A state.json that is not the supervisor's (hand-edited) is unhealthy.
+
+    With ``act``, a hung supervisor is ended (:func:`end`) and the line says so.
+    """
+    now = now or time.time()
+    run = RunDir(Path(run_dir))
+    state, why = state_file.read(run.state)
+    if state is None:
+        return False, why
+    try:
+        if act:
+            hang = hung(state, now, watchdog.started(int(state.get("supervisor_pid", 0))))
+            if hang is not None:
+                return False, end(run, hang)
+        return _judge(state, now)
+    except (TypeError, ValueError, AttributeError) as exc:
+        return False, f"unreadable supervisor state at {run.state} ({exc})"
+
+
+def _judge(state: Dict[str, Any], now: float) -> Tuple[bool, str]:
+    phase = State(state.get("state", State.STOPPED.value))
+    if phase is State.SUCCEEDED:
+        return True, "training completed"
+    if phase not in LIVE_STATES:
+        return False, f"supervisor is {phase.value}"
+    if not psutil.pid_exists(int(state.get("supervisor_pid", 0))):
+        return False, "supervisor process is gone"
+    age = now - float(state.get("updated_ts", 0))
+    if _promise_broken(state, now):
+        return False, f"supervisor state not updated for {age:.0f} s (promised every {_bound(state):.0f} s): hung"
+    if phase is State.BACKOFF:
+        wait = max(0.0, float(state.get("next_attempt_ts") or now) - now)
+        return True, f"backoff, attempt {state.get('attempt', 0)} starts in {wait:.0f} s"
+    budget = state.get("budget") or {}
+    silent = float(state.get("silent_s") or 0.0) + age
+    limit = float(budget.get("seconds", 0) or 0)
+    if limit and silent > limit:
+        return False, f"silent {silent:.0f} s > {budget.get('name')} budget {limit:.0f} s"
+    beat = state.get("heartbeat") or {}
+    where = ", ".join(f"{k} {beat[k]}" for k in ("phase", "epoch", "batch") if k in beat)
+    return True, f"{phase.value}, attempt {state.get('attempt', 0)}" + (f", {where}" if where else "") + (
+        f", silent {silent:.0f}/{limit:.0f} s" if limit else ""
+    )
+
+
+def _stack_dump(run: RunDir, pid: int) -> Tuple[str, str]:
+    """(the supervisor's Python stacks, how they were obtained): SIGUSR1 and SIGCONT, then its faulthandler file."""
+    if not proctree.caught_signals(pid) & (1 << (STACK_DUMP_SIGNAL - 1)):
+        return "", "no stack-dump handler registered (SIGUSR1 would kill it)"
+    path = run.stack_dump(pid)
+    offset = path.stat().st_size if path.exists() else 0
+    try:
+        os.kill(pid, STACK_DUMP_SIGNAL)
+        os.kill(pid, signal.SIGCONT)  # a stopped (SIGSTOP, Ctrl-Z) process runs its handler only when continued
+    except OSError as exc:
+        return "", f"could not signal: {exc.strerror}"
+    deadline = time.monotonic() + FAULTHANDLER_WAIT_S
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size > offset:
+            time.sleep(0.2)  # the handler writes thread by thread
+            with path.open() as handle:
+                handle.seek(offset)
+                return handle.read(), "faulthandler"
+        time.sleep(0.05)
+    return "", f"no faulthandler dump within {FAULTHANDLER_WAIT_S:.0f} s"
+
+
+def end(run: RunDir, hang: Hang) -> str:
+    """End a hung supervisor (see the module's docstring); return the one line that says what was done.
+
+    Everything is written before the SIGKILL: in a container that kill ends this process too.
+    """
+    kernel = proctree.kernel_state(hang.pid)
+    stacks, how = _stack_dump(run, hang.pid)
+    report = run.supervisor_hang(hang.session)
+    evidence = {
+        "pid": hang.pid,
+        "supervisor_state": hang.state,
+        "age_s": hang.age_s,
+        "hung_after_s": hang.hung_after_s,
+        "quiet_until_ts": hang.quiet_until_ts,
+        "proc_state": kernel["state"],
+        "wchan": kernel["wchan"],
+        "name": kernel["name"],
+        "stacks": how,
+    }
+    incident: Optional[str] = str(report)
+    try:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        header = "".join(f"{key}: {value}\n" for key, value in evidence.items())
+        write_text_atomic(report, f"{header}\n{stacks or 'no stacks: ' + how}\n")
+    except OSError:
+        incident = None  # a full disk: the kill matters more than the report
+    with contextlib.suppress(OSError):
+        EventLog(run.events).emit("supervisor_hung", hang.attempt, incident=incident, **evidence)
+    try:
+        os.kill(hang.pid, signal.SIGKILL)
+    except OSError as exc:
+        return f"supervisor pid {hang.pid} hung (state not updated for {hang.age_s:.0f} s) but cannot be killed: {exc.strerror}"
+    return (
+        f"supervisor pid {hang.pid} hung (state {kernel['state']}, wchan {kernel['wchan']}; state.json not updated for "
+        f"{hang.age_s:.0f} s > {hang.hung_after_s:.0f} s): killed; its stacks are in {incident or 'no report (disk full?)'}"
+    )

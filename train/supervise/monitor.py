@@ -1,0 +1,180 @@
+"""The watch over one attempt: beats in, silences judged, until the child exits, stalls or is told to stop.
+
+:meth:`Monitor.run` starts an :class:`~trainbox.supervise.attempt.Attempt` and polls it every ``POLL_S`` at most:
+the beats that made progress (every rank's, under torchrun) go to the progress log and end the silence being
+judged; the silence of the slowest rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (keep
+watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall` handles); state.json is kept
+fresh for ``health``. What it returns is the attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens
+next is the supervisor's and the policy's business, not the monitor's.
+
+The supervisor's loop runs attempts through this one class, which is why an in-process test can put a stand-in
+in its place (``tests/supervise/test_loop.py``) and script whole runs in milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from trainbox import faults
+from trainbox.errors import say
+from trainbox.rundir.events import device_fields
+from trainbox.rundir.progress import ProgressLog
+from trainbox.rundir.state import State
+from trainbox.supervise import ranks, stall
+from trainbox.supervise.attempt import Attempt, CannotStart
+from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.planner import Launch
+from trainbox.supervise.policy import Outcome, OutcomeKind
+from trainbox.supervise.record import Record
+from trainbox.supervise.settings import SupervisorSettings
+from trainbox.supervise.silence import Action, extension
+
+#: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
+POLL_S = 0.5
+#: Exit status of a command that cannot be started, as a shell reports "command not found".
+NOT_STARTED = 127
+
+
+class Monitor:
+    """Runs attempts and watches each one to its end (one per call of :meth:`run`)."""
+
+    def __init__(
+        self,
+        record: Record,
+        settings: SupervisorSettings,
+        stop_signal: Callable[[], Optional[int]],
+        session: int,
+        hangs: int = 0,
+        echo: bool = True,
+    ) -> None:
+        self.record = record
+        self.settings = settings
+        self.stop_signal = stop_signal
+        self.session = session
+        self.hangs = hangs
+        self.echo = echo
+        self.progress = ProgressLog(record.run_dir.progress)
+
+    def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
+        """Start attempt ``number`` and watch it to its end; its outcome (a crash recorded as one)."""
+        try:
+            with Attempt(number, launch, policy, self.record, self.settings.grace_s, self.echo) as attempt:
+                outcome = self._watch(attempt)
+                tail = attempt.tee
+        except CannotStart as exc:
+            return self._not_started(number, launch, str(exc))
+        if outcome.crashed:
+            outcome.detail["last_output"] = tail.tail_lines(20)
+            self._crashed(number, outcome, tail.tail_lines(5), tail.tail().decode(errors="replace"))
+        return outcome
+
+    def _not_started(self, number: int, launch: Launch, why: str) -> Outcome:
+        self.record.set_state(State.STARTING, attempt=number, profile=launch.profile, child_pid=None)
+        self.record.emit("start", number, profile=launch.profile, argv=list(launch.argv), pid=None)
+        say(f"cannot start {launch.argv[0]!r}: {why}")
+        failed = Outcome(OutcomeKind.EXITED, code=NOT_STARTED, detail={"last_output": [why]})
+        self._crashed(number, failed, [why], why)
+        return failed
+
+    def _crashed(self, number: int, outcome: Outcome, last_lines: List[str], tail: str) -> None:
+        self.record.count(outcome)
+        self.record.set_state(State.CRASHED)
+        rank_failure = ranks.failure(self.record.run_dir.rank_error(number), tail)
+        fields = dict(code=outcome.code, **outcome.timing(), last_beat=outcome.last_beat, last_output=last_lines)
+        self.record.emit("crash", number, **fields, rank_failure=rank_failure)
+        say(f"attempt {number} exited with status {outcome.code} after {outcome.beats} beat(s)")
+
+    def _started(self, attempt: Attempt) -> None:
+        launch = attempt.launch
+        self.record.emit(
+            "start",
+            attempt.number,
+            profile=launch.profile,
+            argv=list(launch.argv),
+            pid=attempt.proc.pid,
+            startup_timeout_s=launch.startup_timeout,
+            stall_timeout_s=launch.stall_timeout,
+            idle_timeout_s=launch.idle_timeout,
+            compile_cap_s=launch.compile_cap,
+        )
+        self.record.set_state(
+            State.STARTING, attempt=attempt.number, profile=launch.profile, child_pid=attempt.proc.pid, launched_ts=time.time()
+        )
+
+    def _watch(self, attempt: Attempt) -> Outcome:
+        self._started(attempt)
+        outcome = Outcome(OutcomeKind.EXITED)
+        device_recorded = False
+        while True:
+            if self.stop_signal() is not None:
+                return self._stop(attempt, outcome)
+            code = attempt.exit_code()
+            now = time.monotonic()
+            progressed = self._progress(attempt, outcome, now)
+            if progressed and not device_recorded:
+                device_recorded = self._device(attempt, outcome.last_beat)
+            if code is not None:
+                outcome.code = code
+                return outcome
+            lagging = attempt.beats.lagging(now)  # the job is as far as its slowest rank (or its one process)
+            stalled = self._judge_silence(attempt, outcome, lagging)
+            if stalled is not None:
+                return stalled
+            attempt.tree.scan()
+            self.record.publish(
+                # the budget in force: extended while a compile shows progress
+                budget={"name": lagging.budget.name, "seconds": attempt.watch.budget_s(lagging.budget)},
+                silent_s=round(lagging.silent_s, 2),
+                last_progress_ts=time.time() - lagging.silent_s,
+                heartbeat=outcome.last_beat,
+                learned=attempt.policy.learned(),
+            )
+            time.sleep(min(POLL_S, max(0.05, lagging.budget.seconds / 20)))
+
+    def _stop(self, attempt: Attempt, outcome: Outcome) -> Outcome:
+        self.record.set_state(State.STOPPING)
+        say(f"signal {self.stop_signal()}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
+        attempt.end_tree()
+        outcome.kind = OutcomeKind.STOPPED
+        return outcome
+
+    def _progress(self, attempt: Attempt, outcome: Outcome, now: float) -> bool:
+        """Take in the beats that made progress since the last look; whether there were any."""
+        progressed = attempt.beats.poll(now)  # the beats that made progress: every rank's, under torchrun
+        record = progressed[-1].record if progressed else outcome.last_beat
+        faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
+        for progress in progressed:
+            self.progress.observe(attempt.number, progress.previous, progress.silent_s, progress.budget, progress.record)
+        if not progressed:
+            return False
+        attempt.watch.beat()
+        outcome.saw(record, time.time())
+        if self.record.state is State.STARTING:
+            self.record.set_state(State.RUNNING, heartbeat=record)
+        return True
+
+    def _device(self, attempt: Attempt, beat: Optional[Dict[str, Any]]) -> bool:
+        """Record the first beat that says which device the child found (once per attempt); whether it did."""
+        device = device_fields(beat)
+        if device is not None:
+            self.record.emit("device", attempt.number, **device)
+        return device is not None
+
+    def _judge_silence(self, attempt: Attempt, outcome: Outcome, lagging: ranks.Standing) -> Optional[Outcome]:
+        """Judge the slowest rank's silence: record an extension, report a stall, or end the attempt on one."""
+        budget, silent_s = lagging.budget, lagging.silent_s
+        call = attempt.watch.look(silent_s, budget)
+        if call.action is Action.EXTEND:
+            # `health` must judge by the extended budget at once, not a second later
+            self.record.publish(force=True, budget={"name": budget.name, "seconds": call.budget_s})
+            self.record.emit("extend", attempt.number, **extension(budget, call, silent_s))
+            say(f"attempt {attempt.number} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
+        if call.action is not Action.STALL or attempt.watch.reported:
+            return None
+        outcome.last_beat = lagging.beat or outcome.last_beat  # the stall is about the silent rank's last beat
+        if self.settings.on_stall == "report":  # observe mode: one report per silence, nothing killed
+            attempt.watch.reported = True
+            stall.report_only(attempt, stall.examine(attempt, outcome, budget, call, silent_s, self.session))
+            return None
+        return stall.stalled(attempt, outcome, budget, call, silent_s, self.session)

@@ -1,0 +1,83 @@
+"""What each attempt runs: its launch, and the one after a failed attempt.
+
+A :class:`Launch` is one attempt's command with its budgets, checked on creation against the settings table.
+:meth:`Planner.after` maps a stall's cause to a :class:`~trainbox.rundir.events.Retry` in one place
+(:func:`trainbox.supervise.policy.retry_for`, with the streak of stalls of that cause on this rung) and asks
+:meth:`Planner.move` what the retry means for the next launch. The base class repeats the same command (what
+``trainbox supervise`` does); :class:`trainbox.yolo.ladder.ProfileLadder` overrides only the move, stepping down
+its profiles. A crash keeps the current launch: a crash is the program's own verdict, not the settings'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from trainbox.rundir.events import Retry
+from trainbox.supervise.policy import CauseStreak, Outcome, OutcomeKind, hint, retry_for
+from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt's command, the profile it stands for, and its budgets."""
+
+    argv: Sequence[str]
+    startup_timeout: float
+    stall_timeout: float
+    profile: Optional[str] = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    idle_timeout: float = IDLE_TIMEOUT.number
+    compile_cap: float = COMPILE_CAP.number
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("no command to supervise: give it after '--'")
+        for setting in LAUNCH_SETTINGS:
+            setting.check(getattr(self, setting.field))
+
+
+@dataclass(frozen=True)
+class Next:
+    """The attempt after a failed one: its launch, the retry a stall's cause chose, and why (``restart``'s ``reason``)."""
+
+    launch: Launch
+    retry: Optional[Retry] = None
+    reason: str = ""
+
+
+class Planner:
+    """Chooses each attempt's launch. This one repeats the same command; a ladder overrides :meth:`move`."""
+
+    def __init__(self, launch: Launch) -> None:
+        self.launch = launch
+        self.streak = CauseStreak()
+
+    def first(self) -> Launch:
+        return self.launch
+
+    def current(self) -> Launch:
+        """The launch the planner stands on now (after a crash, the next attempt runs it again)."""
+        return self.launch
+
+    def retry_overrides(self) -> Optional[Mapping[str, Sequence[Retry]]]:
+        """The current rung's own cause -> retry rows (a profile's ``stall_retry``); None: the table's."""
+        return None
+
+    def after(self, outcome: Outcome) -> Next:
+        """The attempt after one that ended as ``outcome`` (a stall or a crash)."""
+        if outcome.kind is not OutcomeKind.STALLED:
+            return Next(self.current(), reason=f"crash: {self.describe()} again")
+        cause = outcome.detail.get("cause") or "unknown"
+        retry = retry_for(cause, self.streak.count(cause), self.retry_overrides())
+        return self.move(retry, cause, outcome)
+
+    def describe(self) -> str:
+        """What the current launch is called in a reason: the profile, or "the same command"."""
+        return "the same command"
+
+    def move(self, retry: Retry, cause: str, outcome: Outcome) -> Next:
+        """The launch ``retry`` calls for after a stall of ``cause``: here always the same command."""
+        if retry is Retry.GPU_RELEASE:
+            return Next(self.launch, Retry.GPU_RELEASE, f"{cause}: the same command, after the GPU memory is released")
+        return Next(self.launch, Retry.SAME, f"{cause}: the same command again{hint(cause)}")

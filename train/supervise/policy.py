@@ -1,0 +1,238 @@
+"""What the supervisor does after an attempt ends: a pure, typed policy.
+
+``decide(outcome, counters, settings)`` looks at how the attempt ended and at
+the run's counters so far, and returns a ``Decision``: finish (succeeded,
+stopped), give up (misconfigured, restart budget spent) or restart after a
+delay, together with the counters to carry on with. It reads no clock, file or
+process, so ``tests/supervise/test_policy.py`` scripts whole runs as outcome sequences
+in milliseconds; the supervisor loop only carries out what it returns.
+
+The rules, in the order they are applied:
+
+1. stopped by a signal: ``STOPPED``; exit status 0: ``SUCCEEDED``;
+2. the **no-beat rule**: a second attempt *in a row* that ended before its
+   first beat is ``MISCONFIGURED``. One such attempt can be bad luck (a startup
+   that stalled on a slow disk or a busy GPU, a kill from outside), so it is
+   restarted; two in a row with the same command mean the command cannot start
+   (a typo, an import error, bad arguments), and restarting again would spend
+   the restart budget and bury the error under identical reports;
+3. the **repeat rule**: a stall at the same place as the attempt before (the
+   same heartbeat position, :func:`position`, on the same profile) when there is
+   nothing else left to try (``last_rung``) is ``GAVE_UP`` at once. Ray calls a
+   hang terminal because "a deterministic hang would usually just hang again";
+   the second identical stall proves it, and the remaining restarts would only
+   repeat it;
+4. no restart left (``max_restarts``): ``GAVE_UP``;
+5. otherwise ``RESTART`` after the **backoff rule**'s delay.
+
+What the next attempt runs after a stall is chosen by the stall's cause
+(:func:`retry_for` and the ``RETRIES`` table; a profile may override it with
+its ``stall_retry`` key); :class:`trainbox.yolo.ladder.ProfileLadder` carries it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from trainbox.rundir.events import Cause, Retry  # their home is the words the run directory uses; re-exported here
+from trainbox.supervise.settings import SupervisorSettings
+
+#: Attempts in a row without a beat that make the run a configuration error (see the no-beat rule).
+NO_BEAT_ATTEMPTS = 2
+
+
+class OutcomeKind(str, Enum):
+    """How an attempt ended (the value is what events.jsonl's ``restart.after`` says)."""
+
+    EXITED = "exited"  # the child exited by itself, with ``Outcome.code``
+    STALLED = "stalled"  # a budget ran out; the supervisor wrote an incident and killed the tree
+    STOPPED = "stopped"  # the supervisor was told to stop (SIGTERM/SIGINT) and stopped the tree
+
+
+@dataclass
+class Outcome:
+    """One attempt's end, as the supervisor observed it."""
+
+    kind: OutcomeKind
+    code: Optional[int] = None
+    beats: int = 0
+    first_beat_ts: Optional[float] = None
+    first_step_ts: Optional[float] = None
+    last_beat: Optional[Dict[str, Any]] = None
+    detail: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.kind is OutcomeKind.EXITED and self.code == 0
+
+    @property
+    def crashed(self) -> bool:
+        return self.kind is OutcomeKind.EXITED and self.code not in (0, None)
+
+    def saw(self, beat: Optional[Dict[str, Any]], wall: float) -> None:
+        """Count one beat that made progress, seen at unix time ``wall``."""
+        self.beats += 1
+        self.last_beat = beat
+        if self.first_beat_ts is None:
+            self.first_beat_ts = wall
+        if self.first_step_ts is None and beat and ("step" in beat or "batch" in beat):
+            self.first_step_ts = wall
+
+    def timing(self) -> Dict[str, Any]:
+        """How far the attempt got: its beats and when the first beat and the first step came (events carry these)."""
+        return {"beats": self.beats, "first_beat_ts": self.first_beat_ts, "first_step_ts": self.first_step_ts}
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What the run has been through so far.
+
+    ``restarts``, ``stalls`` and ``crashes`` are published (state.json, the
+    ``exit`` and ``give_up`` events); ``no_beat_streak`` and ``failures`` only
+    drive the rules.
+    """
+
+    restarts: int = 0
+    stalls: int = 0
+    crashes: int = 0
+    #: Attempts in a row that ended without a single beat (the no-beat rule).
+    no_beat_streak: int = 0
+    #: Quick failures in a row, counting the last one (the backoff rule's exponent).
+    failures: int = 0
+    #: Where the last attempt stalled (``Outcome.detail["at"]``), None when it did not (the repeat rule).
+    stalled_at: Optional[str] = None
+
+    def published(self) -> Dict[str, int]:
+        return {"restarts": self.restarts, "stalls": self.stalls, "crashes": self.crashes}
+
+    def counted(self, outcome: Outcome) -> Counters:
+        """With ``outcome`` counted as a stall or a crash (the supervisor calls this as it reports one)."""
+        if outcome.kind is OutcomeKind.STALLED:
+            return replace(self, stalls=self.stalls + 1)
+        if outcome.crashed:
+            return replace(self, crashes=self.crashes + 1)
+        return self
+
+    def after_failure(self, beats: int) -> Counters:
+        """The streaks after a failed attempt that beat ``beats`` times."""
+        # A run that beat more than once made progress: whatever went wrong did not go wrong at once, so the
+        # next failure starts a new series at the first delay. One beat proves only that the child started.
+        failures = self.failures + 1 if beats <= 1 else 1
+        return replace(self, no_beat_streak=self.no_beat_streak + 1 if beats == 0 else 0, failures=failures)
+
+
+def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -> Optional[str]:
+    """Where a child stands by its last beat: ``"phase val, epoch 3 batch 0"``, ``"phase train, step 40"``.
+
+    None before the first beat (the no-beat rule covers those). The profile is
+    part of the place: the same batch on another rung is another try.
+    """
+    if not beat:
+        return None
+    parts = [f"phase {beat['phase']}"] if beat.get("phase") is not None else []
+    if "epoch" in beat or "batch" in beat:
+        parts.append(f"epoch {beat.get('epoch', '?')} batch {beat.get('batch', '?')}")
+    elif "step" in beat:
+        parts.append(f"step {beat['step']}")
+    if profile:
+        parts.append(f"profile {profile}")
+    return ", ".join(parts) or None
+
+
+class Verdict(str, Enum):
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"
+    MISCONFIGURED = "misconfigured"
+    GAVE_UP = "gave_up"
+    RESTART = "restart"
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    counters: Counters
+    #: Seconds to wait before the next attempt (``RESTART`` only).
+    delay_s: float = 0.0
+    #: Why the run gives up (``GAVE_UP`` only): the ``give_up`` event's ``reason``.
+    reason: str = ""
+
+
+def backoff_s(failures: int, settings: SupervisorSettings) -> float:
+    """The backoff rule: ``--backoff`` after the first quick failure, doubled for each further one in a row.
+
+    Doubling (as systemd and Kubernetes do for crash loops) keeps a child that
+    dies at once from spinning, while a one-off fault costs only the first
+    delay. ``--backoff-max`` caps it, so a long series never waits longer than
+    the user said between two tries.
+    """
+    return min(settings.backoff_max_s, settings.backoff_s * 2 ** max(0, failures - 1))
+
+
+def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, last_rung: bool = True) -> Decision:
+    """The next step after ``outcome`` (see the module docstring for the rules).
+
+    ``last_rung``: the attempt after this one would run the same profile (the planner has nothing else to try).
+    """
+    if outcome.kind is OutcomeKind.STOPPED:
+        return Decision(Verdict.STOPPED, counters)
+    if outcome.succeeded:
+        return Decision(Verdict.SUCCEEDED, counters)
+    at = outcome.detail.get("at") if outcome.kind is OutcomeKind.STALLED else None
+    repeated = at is not None and at == counters.stalled_at
+    counters = replace(counters.after_failure(outcome.beats), stalled_at=at)
+    if counters.no_beat_streak >= NO_BEAT_ATTEMPTS:
+        return Decision(Verdict.MISCONFIGURED, counters)
+    if repeated and last_rung:
+        cause = outcome.detail.get("cause") or Cause.UNKNOWN.value
+        return Decision(Verdict.GAVE_UP, counters, reason=f"stalls again at {at} (cause {cause}) with nothing left to try")
+    if counters.restarts >= settings.max_restarts:
+        return Decision(Verdict.GAVE_UP, counters, reason="restart budget spent")
+    delay = backoff_s(counters.failures, settings)
+    return Decision(Verdict.RESTART, replace(counters, restarts=counters.restarts + 1), delay)
+
+
+#: The retries for a cause's first, second, ... stall in a row on one profile; the last one repeats.
+#: A deadlocked loader needs fewer workers; a compile past the cap will not finish faster on a retry, so
+#: skip it (and warm the cache with `trainbox warmup`); a GPU that still holds the dead tree's memory gets
+#: time to release it and one more try before FP32/native convolutions; a busy spin may be a one-off.
+RETRIES: Dict[Cause, Tuple[Retry, ...]] = {
+    Cause.LOADER_DEADLOCK: (Retry.LADDER,),
+    Cause.KERNEL_COMPILE: (Retry.NATIVE,),
+    Cause.GPU_WAIT: (Retry.GPU_RELEASE, Retry.NATIVE),
+    Cause.BUSY_PYTHON: (Retry.SAME, Retry.LADDER),
+    Cause.BUSY_NATIVE: (Retry.SAME, Retry.LADDER),
+    Cause.IO_WAIT: (Retry.LADDER,),
+    Cause.IDLE: (Retry.LADDER,),
+    Cause.UNKNOWN: (Retry.LADDER,),
+}
+
+
+def hint(cause: Optional[str]) -> str:
+    """What the user can do about a cause, appended to the ``restart`` event's ``reason`` ('' when nothing)."""
+    return "; run `trainbox warmup` to compile the kernels ahead" if cause == Cause.KERNEL_COMPILE.value else ""
+
+
+def retry_for(cause: Optional[str], earlier: int, overrides: Optional[Mapping[str, Sequence[Retry]]] = None) -> Retry:
+    """The retry after a stall of ``cause`` that follows ``earlier`` stalls of that cause in a row on this profile.
+
+    ``overrides`` (a profile's ``stall_retry``) replaces the table's row for the causes it names.
+    """
+    known = cause if cause in {c.value for c in Cause} else Cause.UNKNOWN.value
+    row = (overrides or {}).get(known) or RETRIES[Cause(known)]
+    return row[min(earlier, len(row) - 1)]
+
+
+class CauseStreak:
+    """Stalls in a row with the same cause (on one rung: the planner starts a new streak when it moves)."""
+
+    def __init__(self) -> None:
+        self.cause: Optional[str] = None
+        self.length = 0
+
+    def count(self, cause: Optional[str]) -> int:
+        """How many stalls of ``cause`` came right before this one; this one is then counted."""
+        earlier = self.length if cause == self.cause else 0
+        self.cause, self.length = cause, earlier + 1
+        return earlier

@@ -1,0 +1,217 @@
+"""The supervisor's settings, each defined once: flag, default, help and the values it accepts.
+
+``SETTINGS`` is the one table. ``python -m trainbox supervise`` and ``run``
+derive their options from it (``add_arguments``), ``SupervisorSettings``
+takes its defaults from it and validates every value against it on creation,
+and ``Launch`` checks its two budgets with the same rules. A bad value is an
+error that names the flag, never quietly adjusted: nan and inf are refused
+everywhere (no budget, delay or count is infinite), and each setting says its
+own lower bound. A setting may be a choice of words instead of a number
+(``--on-stall restart|report``): then ``choices`` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple, Union
+
+Number = Union[int, float]
+#: What a setting holds: a number, or one of its ``choices``.
+Value = Union[int, float, str]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One option: ``field`` (in ``SupervisorSettings`` or ``Launch``) and ``flag`` name the same value."""
+
+    field: str
+    flag: str
+    default: Value
+    help: str
+    #: The smallest value accepted; ``above`` makes it exclusive (a budget of 0 s means nothing).
+    minimum: Number = 0
+    above: bool = False
+    #: A count (int) rather than seconds or a factor (float).
+    whole: bool = False
+    #: ``python -m trainbox run`` leaves it unset by default: the profile supplies it.
+    profile_supplies: bool = False
+    #: The words accepted, for a choice rather than a number (the first is not implied: ``default`` is).
+    choices: Tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        """argparse's attribute for ``flag``."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def rule(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        return f"{'>' if self.above else '>='} {self.minimum:g}"
+
+    @property
+    def number(self) -> Number:
+        """The default of a number setting, typed as one (a choice has none)."""
+        if isinstance(self.default, str):
+            raise TypeError(f"{self.flag} is a choice, not a number")
+        return self.default
+
+    @property
+    def default_text(self) -> str:
+        """The default as ``--help`` shows it."""
+        return self.default if isinstance(self.default, str) else f"{self.default:g}"
+
+    def problem(self, value: object) -> Optional[str]:
+        """Why ``value`` is refused (one phrase), or None when it is acceptable."""
+        if self.choices:
+            return None if value in self.choices else f"must be {self.rule}, got {value!r}"
+        kinds = (int,) if self.whole else (int, float)
+        wanted = f"{'a whole number' if self.whole else 'a finite number'} {self.rule}"
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return f"must be {wanted}, got {value!r}"
+        if not math.isfinite(value) or value < self.minimum or (self.above and value == self.minimum):
+            return f"must be {wanted}, got {value:g}"
+        return None
+
+    def check(self, value: Value) -> Value:
+        """``value`` when acceptable, else ValueError with one line naming the flag."""
+        problem = self.problem(value)
+        if problem:
+            raise ValueError(f"{self.flag} {problem}")
+        return value
+
+    def from_text(self, text: str) -> Value:
+        """argparse's ``type``: the parsed, checked value (argparse names the flag in its error)."""
+        if self.choices:
+            if text not in self.choices:
+                raise argparse.ArgumentTypeError(f"must be {self.rule}, got {text!r}")
+            return text
+        try:
+            value: Value = int(text) if self.whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if self.whole else 'a number'}, got {text!r}") from None
+        problem = self.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    def add_to(self, parser: argparse.ArgumentParser, profile_defaults: bool = False) -> None:
+        """Add the option; with ``profile_defaults``, one the profile supplies is unset by default."""
+        unset = profile_defaults and self.profile_supplies
+        default_text = "the profile's" if unset else self.default_text
+        parser.add_argument(
+            self.flag,
+            type=self.from_text,
+            default=None if unset else self.default,
+            help=f"{self.help} (default: {default_text})",
+        )
+
+
+STARTUP_TIMEOUT = Setting(
+    "startup_timeout", "--startup-timeout", 600.0, "seconds until the first beat", 0, above=True, profile_supplies=True
+)
+STALL_TIMEOUT = Setting(
+    "stall_timeout", "--stall-timeout", 300.0, "seconds allowed between beats", 0, above=True, profile_supplies=True
+)
+GRACE = Setting("grace_s", "--grace", 30.0, "seconds between SIGTERM and SIGKILL", 0)
+MAX_RESTARTS = Setting("max_restarts", "--max-restarts", 5, "restarts before giving up", 0, whole=True)
+BACKOFF = Setting("backoff_s", "--backoff", 2.0, "first restart delay in seconds, doubled per quick failure", 0)
+BACKOFF_MAX = Setting("backoff_max_s", "--backoff-max", 60.0, "the longest restart delay in seconds, >= --backoff", 0)
+LEARNED_FACTOR = Setting(
+    "learned_factor", "--learned-factor", 3.0, "learned budget = factor x slowest silent interval in a phase; 0 disables", 0
+)
+LEARNED_FLOOR = Setting("learned_floor_s", "--learned-floor", 60.0, "learned budgets never go below this", 0, above=True)
+#: The supervisor rewrites state.json every second; a few seconds of silence can be a loaded machine's
+#: scheduling, hence the floor of 5 s. ``health --act`` ends a supervisor silent for longer (trainbox.supervise.watchdog).
+HUNG_AFTER = Setting(
+    "hung_after_s", "--hung-after", 60.0, "seconds without a state.json update before `health --act` ends the supervisor", 5
+)
+LEARNED_MIN_SAMPLES = Setting(
+    "learned_min_samples", "--learned-min-samples", 20, "intervals to see in a phase before learning its budget", 1, whole=True
+)
+#: 120 s: long enough that no working phase keeps the whole tree that quiet (a cold MIOpen compile burns a core,
+#: a slow disk shows I/O, a GPU kernel keeps the GPU busy), short enough that a deadlock costs minutes, not the
+#: 20 of a 1200 s startup or validation budget. See trainbox.supervise.silence.
+IDLE_TIMEOUT = Setting(
+    "idle_timeout",
+    "--idle-timeout",
+    120.0,
+    "seconds the whole silent tree may stay idle (no CPU, I/O, cache growth) before it is stalled; 0 disables",
+    0,
+    profile_supplies=True,
+)
+#: Two hours: a cold MIOpen cache for a new model and image size has been seen to take over an hour on gfx1010.
+COMPILE_CAP = Setting(
+    "compile_cap",
+    "--compile-cap",
+    7200.0,
+    "seconds of silence a kernel compile that shows progress may extend its budget to; 0: never extend",
+    0,
+    profile_supplies=True,
+)
+ON_STALL = Setting(
+    "on_stall",
+    "--on-stall",
+    "restart",
+    "restart: kill the stalled tree and restart; report: write the incident and a stall event, kill nothing",
+    choices=("restart", "report"),
+)
+
+#: Every supervisor setting, in the order ``--help`` lists them.
+SETTINGS = (
+    STARTUP_TIMEOUT,
+    STALL_TIMEOUT,
+    GRACE,
+    MAX_RESTARTS,
+    BACKOFF,
+    BACKOFF_MAX,
+    LEARNED_FACTOR,
+    LEARNED_FLOOR,
+    LEARNED_MIN_SAMPLES,
+    HUNG_AFTER,
+    IDLE_TIMEOUT,
+    COMPILE_CAP,
+    ON_STALL,
+)
+#: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
+LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
+
+
+def supervisor_settings() -> Iterator[Setting]:
+    return (s for s in SETTINGS if s not in LAUNCH_SETTINGS)
+
+
+def add_arguments(parser: argparse.ArgumentParser, profile_defaults: bool = False) -> None:
+    for setting in SETTINGS:
+        setting.add_to(parser, profile_defaults)
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    """The supervisor's own settings; defaults and rules from ``SETTINGS``."""
+
+    grace_s: float = GRACE.number
+    max_restarts: int = int(MAX_RESTARTS.number)
+    backoff_s: float = BACKOFF.number
+    backoff_max_s: float = BACKOFF_MAX.number
+    learned_factor: float = LEARNED_FACTOR.number
+    learned_floor_s: float = LEARNED_FLOOR.number
+    learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
+    on_stall: str = str(ON_STALL.default)
+    hung_after_s: float = HUNG_AFTER.number
+
+    def __post_init__(self) -> None:
+        for setting in supervisor_settings():
+            setting.check(getattr(self, setting.field))
+        if self.backoff_max_s < self.backoff_s:
+            raise ValueError(
+                f"{BACKOFF_MAX.flag} ({self.backoff_max_s:g}) must be >= {BACKOFF.flag} ({self.backoff_s:g}): "
+                f"raise {BACKOFF_MAX.flag} or lower {BACKOFF.flag}"
+            )
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace) -> SupervisorSettings:
+        """From parsed options (``add_arguments``); ValueError for a combination that does not hold."""
+        return cls(**{s.field: getattr(args, s.dest) for s in supervisor_settings()})

@@ -1,0 +1,284 @@
+"""The supervisor: run a child, notice when it stops making progress, diagnose, kill, restart.
+
+Shaped after torchelastic's agent: a spec validated on creation, a state enum that documents the machine
+(:class:`trainbox.rundir.state.State`), and a ``run()`` that always cleans up; and after gunicorn's arbiter: a
+loop of named verbs. The :class:`Supervisor` only conducts: each attempt is run and watched by a
+:class:`~trainbox.supervise.monitor.Monitor` (a child tree in an :class:`~trainbox.supervise.attempt.Attempt`,
+a stall handled by :mod:`trainbox.supervise.stall`), what comes next is decided by the planner
+(:mod:`trainbox.supervise.planner`: which launch) and the policy (:func:`trainbox.supervise.policy.decide`:
+whether and when), everything is written down by the :class:`~trainbox.supervise.record.Record`, and every
+ending goes through :meth:`Supervisor._end`, so each writes its ``exit`` the same way. Presentation is passed
+in (``SupervisorSpec.on_end``, the CLI's HTML report): the core never imports it.
+
+What the supervisor must survive, and how:
+
+* another supervisor on the same directory: :mod:`trainbox.rundir.lock` refuses it;
+* its own death: the child dies with it (:func:`trainbox.system.proctree.die_with_parent`);
+* its own hang: it promises ``health`` a fresh ``state.json`` and declares longer
+  work beforehand; ``health --act`` ends it when it breaks that promise
+  (:mod:`trainbox.supervise.watchdog`, :mod:`trainbox.supervise.health`);
+* a reader that goes away (``| head``, a closed terminal) or a full disk under
+  the log: :class:`OutputTee` stops echoing or logging but never stops draining
+  the child's pipe, which would block the child and fake a stall (:mod:`trainbox.supervise.output`);
+* a full disk: ``state.json``, the attempt logs and incident reports are
+  best-effort and killing and restarting go on without them; only the run's
+  history (``events.jsonl``) must be written, and when it cannot be the
+  supervisor ends the tree and exits ``ExitCode.DISK_FULL`` with one line;
+* a process that survives SIGKILL (D state in a hung driver): waiting for it
+  would hang forever, so the supervisor gives up with ``ExitCode.STUCK`` and
+  one line naming it and its kernel wait channel (a reboot is needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Protocol
+
+from trainbox import errors, interrupt
+from trainbox.errors import DiskFull, ExitCode, Stuck, TrainboxError, say
+from trainbox.rundir.events import read_events
+from trainbox.rundir.layout import RunDir
+from trainbox.rundir.lock import RunLock
+from trainbox.rundir.state import State
+from trainbox.supervise import gpu_release, watchdog
+from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.monitor import Monitor
+from trainbox.supervise.planner import Launch, Next, Planner
+from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
+from trainbox.supervise.record import Record
+from trainbox.supervise.settings import SupervisorSettings
+from trainbox.system import proctree
+
+
+class Attempts(Protocol):
+    """What the loop runs each attempt through: the real :class:`Monitor`, or a test's stand-in."""
+
+    def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome: ...
+
+
+@dataclass(frozen=True)
+class SupervisorSpec:
+    """What to supervise (``planner``), where (``run_dir``) and how (``settings``, validated on creation).
+
+    ``on_end`` runs once as the run ends (not when the disk is full), with its run directory: the CLI passes the
+    HTML report's refresh there, so the supervisor itself never imports presentation code.
+    """
+
+    run_dir: Path
+    planner: Planner
+    settings: SupervisorSettings = field(default_factory=SupervisorSettings)
+    echo: bool = True
+    on_end: Optional[Callable[[RunDir], None]] = None
+
+
+class Supervisor:
+    """Runs attempts until one succeeds, the policy gives up, or a signal stops it; see the module docstring."""
+
+    def __init__(self, spec: SupervisorSpec, attempts: Optional[Callable[[Record], Attempts]] = None) -> None:
+        self.spec = spec
+        self.settings = spec.settings
+        self.run_dir = RunDir(Path(spec.run_dir))
+        self.record = Record(self.run_dir)
+        #: Names this supervisor's incident reports apart from earlier ones in the same directory.
+        self.session = 0
+        #: The attempt under way (or the last one), for the events written at the end.
+        self.attempt = 0
+        #: ``health --act`` ended this many supervisors of the run in a row before this one (trainbox.supervise.watchdog).
+        self.hangs = 0
+        self._attempts = attempts
+        self._stop_signal: Optional[int] = None
+
+    def run(self) -> int:
+        """Supervise until success, give-up or a stop signal; return the exit code.
+
+        Raises UserError, having written nothing, when another supervisor holds the run directory.
+        """
+        lock = RunLock(self.run_dir)
+        lock.acquire()
+        self.session = self.run_dir.new_session(time.time())
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
+        self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s))
+        own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
+        self.hangs = watchdog.hangs_in_a_row(read_events(self.run_dir.events))
+        code: int = ExitCode.GAVE_UP
+        try:
+            code = self._hung_too_often() if self.hangs >= watchdog.MAX_HANGS else self._loop()
+        except Stuck as stuck:
+            code = self._end(State.STUCK, stuck.code, "process stuck in the kernel", error=stuck, stuck=stuck.processes)
+        except DiskFull as full:
+            code = self._end(State.DISK_FULL, full.code, "disk full", error=full)
+        finally:
+            self.record.publish(force=True, exit_code=code)
+            if self.record.state is not State.DISK_FULL and self.spec.on_end is not None:
+                self.spec.on_end(self.run_dir)  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            watchdog.remove_stack_dump(own_stacks)
+            lock.release()
+        return code
+
+    # -- the loop ----------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._stop_signal = signum
+
+    def _monitor(self, record: Record) -> Attempts:
+        """The real attempts: child trees, watched. Orphans of those trees (``setsid`` escapees) are ours to reap."""
+        proctree.become_subreaper()
+        return Monitor(record, self.settings, lambda: self._stop_signal, self.session, self.hangs, self.spec.echo)
+
+    def _loop(self) -> int:
+        planner = self.spec.planner
+        attempts = (self._attempts or self._monitor)(self.record)
+        launch = planner.first()
+        policy = self._policy(launch)
+        history: List[str] = []
+        while True:
+            outcome = attempts.run(self.attempt, launch, policy)
+            if self._stop_signal is not None and not outcome.succeeded:
+                outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
+            following = None if outcome.succeeded or outcome.kind is OutcomeKind.STOPPED else planner.after(outcome)
+            last_rung = following is None or (following.launch.profile, following.launch.argv) == (launch.profile, launch.argv)
+            decision = decide(outcome, self.record.counters, self.settings, last_rung)
+            self.record.counters = decision.counters
+            if decision.verdict is Verdict.STOPPED:
+                return self._end(State.STOPPED, self._signal_code(), "stopped by signal", **outcome.timing())
+            if decision.verdict is Verdict.SUCCEEDED:
+                return self._end(State.SUCCEEDED, ExitCode.OK, "completed", self._completed_line(), **outcome.timing())
+            assert following is not None  # any other ending was a failure, and the planner has planned its retry
+            history.append(describe(outcome, launch))
+            if decision.verdict is Verdict.MISCONFIGURED:
+                return self._end(State.MISCONFIGURED, ExitCode.MISCONFIGURED, "misconfigured", misconfigured_line(outcome),
+                                 give_up="misconfigured")  # fmt: skip
+            if decision.verdict is Verdict.GAVE_UP:
+                line = self._gave_up_line(history, decision.reason)
+                return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
+            if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
+                policy = self._policy(following.launch)
+            if self._back_off(self.attempt + 1, outcome, launch, following, decision.delay_s):
+                return self._end(State.STOPPED, self._signal_code(), "stopped by signal")
+            self.attempt += 1
+            launch = following.launch
+
+    def _back_off(self, number: int, after: Outcome, previous: Launch, following: Next, delay: float) -> bool:
+        """Announce attempt ``number`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
+        launch = following.launch
+        released = gpu_release.wait(after.detail.get("pids", []), self._sleep) if following.retry is Retry.GPU_RELEASE else {}
+        self.record.emit(
+            "restart",
+            number,
+            after=after.kind.value,
+            delay_s=round(delay, 3),
+            profile=launch.profile,
+            previous_profile=previous.profile,
+            reason=following.reason,
+            retry=following.retry.value if following.retry else None,
+            **released,
+        )
+        say(
+            f"restarting (attempt {number}, after {after.kind.value}) in {delay:.1f} s"
+            + (f" with profile {launch.profile}" if launch.profile else "")
+            + (f": {following.reason}" if following.retry else "")
+        )
+        # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
+        self.record.set_state(State.BACKOFF, attempt=number, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
+        return self._sleep(delay)
+
+    def _policy(self, launch: Launch) -> BudgetPolicy:
+        return BudgetPolicy(
+            startup_s=launch.startup_timeout,
+            stall_s=launch.stall_timeout,
+            factor=self.settings.learned_factor,
+            floor_s=self.settings.learned_floor_s,
+            min_samples=self.settings.learned_min_samples,
+        )
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking early on a stop signal, keeping state.json fresh for `health`; True when stopped."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self._stop_signal is not None:
+                return True
+            self.record.publish()
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        return self._stop_signal is not None
+
+    # -- the one way to end ------------------------------------------------------
+    def _signal_code(self) -> int:
+        return ExitCode.for_signal(self._stop_signal or signal.SIGTERM)
+
+    def _end(
+        self,
+        state: State,
+        code: int,
+        reason: str,
+        line: str = "",
+        give_up: Optional[str] = None,
+        error: Optional[TrainboxError] = None,
+        **fields: Any,
+    ) -> int:
+        """End the run in ``state``: ``give_up`` (its reason) and ``exit`` written the same way for every ending.
+
+        ``fields`` go on the ``give_up`` event when there is one, else on ``exit``. The endings that are about the
+        disk or the kernel already (``error``) write best-effort and report the error's line; the others say ``line``.
+        """
+        self.record.set_state(state)
+        emit = self.record.emit if error is None else self.record.emit_best_effort
+        counts = self.record.counters.published()
+        if give_up is not None or state is State.STUCK:
+            emit("give_up", self.attempt, reason=give_up or reason, **fields, **counts)
+            fields = {}
+        emit("exit", self.attempt, code=code, reason=reason, **fields, **counts)
+        if error is not None:
+            with contextlib.suppress(OSError, ValueError):  # stderr may be gone too
+                errors.report(error)
+        elif line:
+            say(line)
+        return code
+
+    def _hung_too_often(self) -> int:
+        """The supervisors before this one hung ``self.hangs`` times in a row: give up rather than loop (see watchdog)."""
+        line = (
+            f"giving up: the supervisor of this run hung {self.hangs} times in a row, each time ended by "
+            f"`health --act`; its stacks are in {self.run_dir.incident_dir.directory}/*-supervisor.txt, the history in "
+            f"{self.run_dir.events}. Find out why before running again (the run resumes from its last checkpoint)."
+        )
+        return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "supervisor hung", line, give_up="supervisor hung", hangs=self.hangs)
+
+    def _completed_line(self) -> str:
+        counts = self.record.counters
+        return f"completed after {self.attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))"
+
+    def _gave_up_line(self, history: List[str], reason: str) -> str:
+        counts = self.record.counters
+        return (
+            f"giving up after {self.attempt + 1} attempts and {counts.restarts} restart(s) "
+            f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
+            f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
+            f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
+        )
+
+
+def misconfigured_line(outcome: Outcome) -> str:
+    """What a run that never started is told: not a stall, a configuration error, with the child's last output."""
+    lines = outcome.detail.get("last_output") or ["(no output)"]
+    return (
+        "two attempts in a row ended before their first heartbeat: this is a configuration error, "
+        "not a stall; fix it and run again. The child's last output:\n    " + "\n    ".join(lines)
+    )
+
+
+def describe(outcome: Outcome, launch: Launch) -> str:
+    """One failed attempt in the give-up message's history."""
+    profile = f" with profile {launch.profile}" if launch.profile else ""
+    if outcome.kind is OutcomeKind.STALLED:
+        d: Dict[str, Any] = outcome.detail
+        phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
+        budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
+        cause = f"cause {d['cause']}: {(d['evidence'] or ['no evidence'])[0]}; "
+        return f"stall{phase}{profile} ({cause}{budget}, report {d['incident'] or 'not written'})"
+    return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"

@@ -1,0 +1,120 @@
+"""The profile ladder behind ``python -m trainbox run``: a stall moves to the rung its cause calls for.
+
+Attempt 0 uses the chosen profile with the user's KEY=VALUE overrides. After a
+stall the retry is chosen by the stall's cause (:meth:`trainbox.supervise.planner.Planner.after`,
+overridable per profile with ``stall_retry``):
+
+* ``ladder`` (a deadlocked loader, an idle tree, unknown): the profile's
+  ``fallback`` (fast -> balanced -> safe); when there is none and the stall came
+  before the first training step, its ``startup_fallback`` (safe -> safe-native:
+  no vendor convolution kernels to compile);
+* ``native`` (a compile past the cap, a GPU that keeps hanging): the first rung
+  below with PyTorch's own convolutions (safe-native);
+* ``same``, ``gpu_release``: the same profile again (the supervisor waits for
+  the GPU memory first).
+
+After a crash it keeps the current one. The fallback's loader and safety
+settings win over the overrides (that is the point of falling back); every
+other override (data, epochs, imgsz, ...) is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from trainbox import module_command
+from trainbox.rundir.events import Retry
+from trainbox.supervise.planner import Launch, Next, Planner
+from trainbox.supervise.policy import CauseStreak, Outcome, hint
+from trainbox.supervise.settings import LAUNCH_SETTINGS, STARTUP_TIMEOUT
+from trainbox.yolo import warmup
+from trainbox.yolo.args import PROFILE_KEYS
+from trainbox.yolo.profiles import Profile
+
+
+class ProfileLadder(Planner):
+    """Steps down a chain of profiles (see the module docstring); only :meth:`move` differs from :class:`Planner`.
+
+    ``launch``: the launch settings the user gave (``LAUNCH_SETTINGS``' fields, e.g. ``stall_timeout``); a
+    setting that is absent or None is the current profile's own.
+    """
+
+    def __init__(
+        self,
+        chain: Sequence[Profile],
+        overrides: Sequence[str],
+        profiles_dir: Path,
+        launch: Optional[Mapping[str, Optional[float]]] = None,
+    ) -> None:
+        if not chain:
+            raise ValueError("a profile ladder needs at least one profile")
+        self.chain = list(chain)
+        self.overrides = list(overrides)
+        self.profiles_dir = profiles_dir
+        self.given = {key: value for key, value in (launch or {}).items() if value is not None}
+        self.by_name = {p.name: p for p in self.chain}
+        self.profile = self.chain[0]
+        self.streak = CauseStreak()
+
+    def _overrides(self) -> Sequence[str]:
+        if self.profile is self.chain[0]:
+            return self.overrides
+        return [pair for pair in self.overrides if pair.split("=", 1)[0] not in PROFILE_KEYS]
+
+    def current(self) -> Launch:
+        profile = self.profile
+        budgets = {setting.field: self.given.get(setting.field, getattr(profile, setting.field)) for setting in LAUNCH_SETTINGS}
+        if STARTUP_TIMEOUT.field not in self.given:
+            budgets[STARTUP_TIMEOUT.field] = self._startup_timeout(profile)
+        return Launch(
+            argv=module_command("trainbox.yolo", "--profile", profile.name, *self._overrides()),
+            profile=profile.name,
+            env={"TRAIN_PROFILES_DIR": str(self.profiles_dir)},
+            **budgets,
+        )
+
+    def _startup_timeout(self, profile: Profile) -> float:
+        """The profile's startup budget, capped once ``warmup`` has compiled this run's kernels."""
+        key = warmup.key_for_pairs(self._overrides(), profile.conv_backend)
+        return warmup.startup_budget(profile.startup_timeout, warmup.kernel_cache_state(key))
+
+    def first(self) -> Launch:
+        return self.current()
+
+    def describe(self) -> str:
+        return self.profile.name
+
+    def retry_overrides(self) -> Optional[Mapping[str, Sequence[Retry]]]:
+        return self.profile.stall_retry
+
+    def move(self, retry: Retry, cause: str, outcome: Outcome) -> Next:
+        before = self.profile
+        rung = self._rung(retry, before_first_step=outcome.first_step_ts is None)
+        if rung is not None:
+            self.profile = self.by_name[rung]
+            self.streak = CauseStreak()
+        return Next(self.current(), retry, self._reason(cause, retry, before))
+
+    def _rung(self, retry: Retry, before_first_step: bool) -> Optional[str]:
+        """The profile ``retry`` moves to, or None to stay on the current one."""
+        if retry is Retry.LADDER:
+            return self.profile.fallback or (self.profile.startup_fallback if before_first_step else None)
+        if retry is Retry.NATIVE and self.profile.conv_backend != "native":
+            below = self.chain[self.chain.index(self.profile) + 1 :]
+            return next((p.name for p in below if p.conv_backend == "native"), None)
+        return None
+
+    def _reason(self, cause: str, retry: Retry, before: Profile) -> str:
+        """The ``restart`` event's ``reason``: the cause, what the next attempt runs, and why."""
+        now = self.profile.name
+        if now == before.name:
+            how = {
+                Retry.SAME: f"{now} once more",
+                Retry.GPU_RELEASE: f"{now} once more, after the GPU memory is released",
+            }.get(retry, f"{now} again: no rung left below it")
+        elif retry is Retry.NATIVE:
+            how = f"{now}: PyTorch's own convolutions in FP32, nothing to compile"
+        else:
+            how = f"down the ladder to {now}"
+        return f"{cause}: {how}{hint(cause)}"
