@@ -84,6 +84,9 @@ POLL_S = 0.05
 STDERR_TAIL_BYTES = 4096
 #: One read from a notifier's standard error: a pipe's default capacity, so a flood is drained in few calls.
 READ_CHUNK = 65536
+#: What is read of a notifier's standard error once it has ended: its final lines are in the last pipe-full; a
+#: process it let escape the group (``setsid``) and that keeps writing must not hold the worker.
+FINAL_READ_BYTES = 4 * READ_CHUNK
 #: How long the worker waits for killed members of a group to be reaped: SIGKILL takes effect in
 #: microseconds, except for a process stuck in the kernel, which nobody can reap anyway.
 REAP_S = 1.0
@@ -169,23 +172,24 @@ class _ErrorTail:
         os.set_blocking(fd, False)
 
     def wait(self, seconds: float) -> None:
-        """Read what arrives within ``seconds`` (just sleep once the pipe is at its end)."""
+        """Read one chunk if some arrives within ``seconds`` (just sleep once the pipe is at its end)."""
         if not self.open:
             time.sleep(seconds)
             return
         ready, _, _ = select.select([self.fd], [], [], seconds)
         if ready:
-            self.drain()
+            self.read(READ_CHUNK)
 
-    def drain(self) -> None:
-        """Read everything there is now (bounded: the writers are dead, or no faster than the reads)."""
-        while self.open:
+    def read(self, most: int) -> None:
+        """Read what is there now, up to ``most`` bytes: a writer as fast as the reads cannot hold the worker."""
+        while self.open and most > 0:
             try:
-                chunk = os.read(self.fd, READ_CHUNK)
+                chunk = os.read(self.fd, min(most, READ_CHUNK))
             except BlockingIOError:
                 return
             self.open = bool(chunk)
             self.kept = (self.kept + chunk)[-STDERR_TAIL_BYTES:]
+            most -= len(chunk)
 
     def last_line(self) -> str:
         lines = [line.strip() for line in self.kept.decode(errors="replace").splitlines() if line.strip()]
@@ -312,7 +316,7 @@ class Notifier:
         try:
             exited = self._watch(proc.pid, tail)
             _kill_group(proc.pid)  # the leader is not reaped yet: the group id cannot have been reused
-            tail.drain()
+            tail.read(FINAL_READ_BYTES)  # its last words, written before it exited or was killed
             code = _reaped(proc)
             _reap_group(proc.pid)
         finally:
