@@ -1,4 +1,9 @@
-"""The notifier against real programs: one that records, one that hangs, one that floods, one that is missing."""
+"""The notifier against real programs: one that records, one that hangs, one that floods, one that is missing.
+
+First the :class:`~trainbox.supervise.notify.Notifier` alone, then through a real ``python -m trainbox supervise``
+whose child hangs (trainbox.faults): the run's events told in order, and a notifier that hangs or floods
+compared with the same run without one (when each stall was found, and how the run ended).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,7 @@ from typing import List, Tuple
 import psutil
 import pytest
 
-from tests.supervised import REPO, wait_for
-from trainbox.errors import UserError
+from tests.supervised import REPO, Finished, faulty_child, train_cli, wait_for
 from trainbox.supervise import notify
 from trainbox.supervise.notify import Notifier
 
@@ -205,7 +209,7 @@ def test_under_a_subreaper_what_a_notifier_leaves_behind_is_killed_and_reaped() 
     program = textwrap.dedent(
         """\
         import json, psutil, time
-        from trainbox import proctree
+        from trainbox.system import proctree
         from trainbox.supervise.notify import Notifier
         assert proctree.become_subreaper()
         notifier = Notifier(["sh", "-c", "sleep 1000 & sleep 1000 & echo done"], frozenset({"exit"}))
@@ -235,10 +239,11 @@ def test_notify_on_names_are_read(text: str, expected: set) -> None:
 
 @pytest.mark.parametrize("text, said", [("give_up,exti", "unknown event 'exti'"), (" , ", "no event named")])
 def test_an_unknown_notify_on_name_is_one_line(text: str, said: str) -> None:
-    with pytest.raises(UserError) as error:
+    with pytest.raises(ValueError) as error:
         notify.parse_events(text)
-    assert said in error.value.message and "choose from stall,restart,give_up" in error.value.message
-    assert "\n" not in error.value.message
+    message = str(error.value)
+    assert said in message and "choose from stall,restart,give_up" in message
+    assert "\n" not in message
 
 
 def test_the_default_events_are_the_ones_a_person_must_hear_of() -> None:
@@ -248,8 +253,8 @@ def test_the_default_events_are_the_ones_a_person_must_hear_of() -> None:
 
 def test_a_notify_command_is_split_as_a_shell_would_and_run_without_one() -> None:
     assert notify.parse_command("examples/notify/ntfy.sh 'my topic'") == ["examples/notify/ntfy.sh", "my topic"]
-    for bad, said in (("ntfy.sh 'unclosed", "quote it as for a shell"), ("  ", "--notify needs a command")):
-        with pytest.raises(UserError, match=said):
+    for bad, said in (("ntfy.sh 'unclosed", "quote it as for a shell"), ("  ", "needs a command")):
+        with pytest.raises(ValueError, match=said):
             notify.parse_command(bad)
 
 
@@ -263,3 +268,86 @@ def descendants_in(group: int) -> List[int]:
         except ProcessLookupError:
             continue
     return found
+
+
+# -- through a real supervisor: `python -m trainbox supervise --notify ...` -----------------------------------------------------
+#: The child hangs at step 3 of every attempt: a stall, a restart, the same stall again, and the run gives up.
+HANG_AT_3 = {"TRAIN_FAULT": "sleep@step,step=3"}
+#: The stall budget of those runs: short, and far below a notifier's 10 s limit, which would show if it held anything up.
+BUDGET_S = 3.0
+#: How much later than the same run without a notifier a stall may be found on a loaded 2-core machine. A notifier
+#: that held the loop up would show as its whole 10 s limit; a flooding one competes for the CPU, which is noise.
+NOISE_S = 2.0
+CHOSEN = "stall,restart,give_up,exit"
+#: The runs compared with one baseline run: with -n, in one worker, so the baseline runs once.
+COMPARED = pytest.mark.xdist_group("notify-runs")
+
+
+def supervised(tmp_path: Path, name: str, *notify_args: str) -> Finished:
+    """The hanging child under a real supervisor, with ``notify_args``; run to its end."""
+    run_dir = tmp_path / name
+    args = ["supervise", "--run-dir", str(run_dir), "--stall-timeout", str(BUDGET_S), "--grace", "1", "--backoff", "0.1"]
+    child = faulty_child("--steps", "50", "--interval", "0.05")
+    return train_cli([*args, "--quiet", *notify_args, "--", *child], run_dir, env=HANG_AT_3, timeout=180)
+
+
+def late_s(run: Finished) -> List[float]:
+    """How long past its budget each stall was found."""
+    return [stall["silent_s"] - stall["budget_s"] for stall in run.of("stall")]
+
+
+def run_kinds(run: Finished) -> List[str]:
+    return [kind for kind in run.kinds() if kind != "notify_failed"]
+
+
+@pytest.fixture(scope="module")
+def without_notifier(tmp_path_factory: pytest.TempPathFactory) -> Finished:
+    run = supervised(tmp_path_factory.mktemp("baseline"), "run")
+    assert run.code == 1 and run_kinds(run) == ["start", "stall", "restart", "start", "stall", "give_up", "exit"], run.stderr
+    return run
+
+
+def test_a_supervised_run_tells_a_real_notifier_every_chosen_event_in_order(tmp_path: Path) -> None:
+    told = tmp_path / "told.txt"
+    notifier = script(tmp_path, "tell.sh", f'{{ printf "%s|" "$TRAINBOX_EVENT"; cat; }} >> {told}\n')
+    run = supervised(tmp_path, "run", "--notify", str(notifier), "--notify-on", CHOSEN)
+    assert run.code == 1, run.stderr
+    lines = [line.split("|", 1) for line in told.read_text().splitlines()]
+    assert [name for name, _ in lines] == ["stall", "restart", "stall", "give_up", "exit"]
+    assert [json.loads(body) for _, body in lines] == [e for e in run.events if e["event"] in CHOSEN.split(",")]
+    assert "notify_failed" not in run.kinds()
+
+
+@COMPARED
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        pytest.param("sleeps", "sleep 1000\n", id="sleeps"),
+        pytest.param("floods", "head -c 20000000 /dev/zero | tr '\\0' x\nexec yes flood >&2\n", id="floods"),
+    ],
+)
+def test_a_notifier_that_hangs_or_floods_changes_neither_detection_nor_outcome(
+    tmp_path: Path, without_notifier: Finished, name: str, body: str
+) -> None:
+    """Each stall is found while a notifier of the stall before hangs or floods (the second one), and the outcome is the same."""
+    notifier = script(tmp_path, f"{name}.sh", body)
+    run = supervised(tmp_path, "run", "--notify", str(notifier), "--notify-on", CHOSEN)
+    assert (run.code, run_kinds(run)) == (without_notifier.code, run_kinds(without_notifier)), run.stderr
+    assert max(late_s(run)) <= max(late_s(without_notifier)) + NOISE_S, (late_s(run), late_s(without_notifier))
+    assert [e["kind"] for e in run.of("notify_failed")][:1] == ["timeout"]  # it did run, and was killed at its limit
+    assert len(run.of("notify_failed")) == len({e["kind"] for e in run.of("notify_failed")}), "once per kind"
+    for stall in range(2):  # the notifier in flight during the second stall is not part of the stalled tree
+        assert str(notifier) not in (run.incident(stall) / "processes.txt").read_text()
+
+
+def test_a_missing_notifier_is_one_line_and_the_run_goes_on(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-notifier"
+    run_dir = tmp_path / "run"
+    child = faulty_child("--steps", "5", "--interval", "0.05")
+    run = train_cli(["supervise", "--run-dir", str(run_dir), "--quiet", "--notify", str(missing), "--", *child], run_dir)
+    assert run.code == 0, run.stderr
+    assert run.stderr.splitlines() == [
+        f"trainbox: notify: notifier {missing} cannot start: not found, or not executable (said once; the run goes on)",
+        "trainbox: completed after 1 attempt(s) (0 stall(s), 0 crash(es))",
+    ]
+    assert run.kinds() == ["notify_failed", "start", "exit"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,19 +18,12 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 from tests.supervise.test_notify import Failures
-from tests.supervised import REPO
+from tests.supervised import REPO, program
 from trainbox.supervise import notify
 from trainbox.supervise.notify import Notifier
 
 EXAMPLES = REPO / "examples" / "notify"
 GIVE_UP = {"ts": 1795562400.5, "event": "give_up", "attempt": 3, "reason": "restart budget spent", "restarts": 3}
-
-
-def needs(program: str, package: str) -> str:
-    found = shutil.which(program) or shutil.which(program, path="/usr/sbin:/sbin")
-    if not found:
-        pytest.fail(f"this test needs {program}: apt-get install -y {package}")
-    return found
 
 
 class Requests:
@@ -75,7 +67,7 @@ def deliver(command: List[str], event: dict, env: Dict[str, str]) -> Failures:
 
 
 def test_webhook_posts_the_event_json(http_server: Tuple[str, Requests]) -> None:
-    needs("curl", "curl")
+    program("curl", package="curl")
     url, requests = http_server
     failures = deliver([str(EXAMPLES / "webhook.sh"), url + "/hook"], GIVE_UP, {})
 
@@ -86,7 +78,7 @@ def test_webhook_posts_the_event_json(http_server: Tuple[str, Requests]) -> None
 
 
 def test_ntfy_pushes_the_summary_with_a_title_and_priority(http_server: Tuple[str, Requests]) -> None:
-    needs("curl", "curl")
+    program("curl", package="curl")
     url, requests = http_server
     failures = deliver([str(EXAMPLES / "ntfy.sh"), "my-topic"], GIVE_UP, {"NTFY_URL": url})
 
@@ -97,7 +89,7 @@ def test_ntfy_pushes_the_summary_with_a_title_and_priority(http_server: Tuple[st
 
 
 def test_a_webhook_that_answers_an_error_is_reported_with_curls_line(http_server: Tuple[str, Requests]) -> None:
-    needs("curl", "curl")
+    program("curl", package="curl")
     url, requests = http_server
     requests.status = 500
     failures = deliver([str(EXAMPLES / "webhook.sh"), url], GIVE_UP, {})
@@ -124,7 +116,7 @@ class _Smtp(socketserver.StreamRequestHandler):
 
 
 def test_mail_sends_the_event_through_the_local_sendmail(tmp_path: Path) -> None:
-    needs("sendmail", "msmtp-mta")
+    program("sendmail", package="msmtp-mta")
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Smtp)
     server.messages = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()

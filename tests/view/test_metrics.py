@@ -2,10 +2,11 @@
 
 One run (tests/supervised.py's faulty child, hung at step 3 of its first attempt) is watched at four
 moments: before its directory exists, while it hangs, while its second attempt trains, and after it
-ended. At each, the textfile is written from the live directory and scraped through Debian's
-``prometheus-node-exporter`` (its textfile collector only), and the same directory is scraped through
-:class:`trainbox.view.metrics.MetricsServer`. ``promtool check metrics`` (Debian's ``prometheus``)
-lints both. A program this needs and the machine lacks fails the test, with the package to install.
+ended. The textfile is the supervisor's own (``supervise --metrics-textfile``; before the run,
+``trainbox metrics RUN_DIR --textfile``), scraped through Debian's ``prometheus-node-exporter`` (its
+textfile collector only); the same directory is served by ``trainbox metrics RUN_DIR --serve``. Each
+moment is taken once both scrapes show it. ``promtool check metrics`` (Debian's ``prometheus``) lints
+both. A program this needs and the machine lacks fails the test, with the package to install.
 """
 
 from __future__ import annotations
@@ -23,22 +24,29 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.supervised import REPO, cli_env, faulty_child, survivors, wait_for
-from trainbox.causes import Cause
+from tests.supervised import REPO, cli_env, faulty_child, program, survivors, wait_for
 from trainbox.errors import UserError
+from trainbox.rundir.events import Cause
+from trainbox.rundir.layout import RunDir
 from trainbox.view import metrics
 
-#: The hang's budget: long enough that a scrape taken once the child is 1 s silent lands before the stall.
-STALL_S = 4
-#: The second attempt's steps at 0.05 s each: 15 s of training, time for two progress samples (one per 5 s).
-STEPS = "300"
+#: One supervised run feeds every test here: with -n, keep them in one worker, so it runs once.
+pytestmark = pytest.mark.xdist_group("metrics-run")
+
+#: The hang's budget: the supervisor rewrites its textfile at least every REFRESH_EVERY_S (5 s), so one rewrite
+#: lands between 1 s of silence and the stall.
+STALL_S = 8
+#: The second attempt's steps at 0.05 s each: 25 s of training, time for two progress samples (one per 5 s) and
+#: a textfile rewritten after them.
+STEPS = "500"
+RUN = "stalled-run"
 SUPERVISE = [
     "supervise",
     "--startup-timeout",
@@ -54,15 +62,6 @@ SUPERVISE = [
 #: The moments the run is scraped at, in order.
 MOMENTS = ("before", "hung", "training", "ended")
 SOURCES = ("node_exporter", "serve")
-
-
-def program(*names: str, package: str) -> str:
-    """The first of ``names`` on PATH; fails the test (never skips) naming the Debian package to install."""
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail(f"this test needs {names[0]}: apt-get install -y {package}")
 
 
 def free_port() -> int:
@@ -151,59 +150,68 @@ class Watched:
         return [json.loads(line) for line in (self.run_dir / "events.jsonl").read_text().splitlines()]
 
 
-def _state_json(run_dir: Path) -> dict:
-    with contextlib.suppress(OSError, ValueError):
-        return dict(json.loads((run_dir / "state.json").read_text()))
-    return {}
+def cli(*args: str) -> List[str]:
+    return [sys.executable, "-m", "trainbox", *args]
 
 
-def _hung(run_dir: Path) -> bool:
-    state = _state_json(run_dir)
-    return state.get("attempt") == 0 and (state.get("heartbeat") or {}).get("step") == 3 and state.get("silent_s", 0) >= 1.0
+def shows_the_hang(text: str) -> bool:
+    silence = value(text, "trainbox_silence_seconds", RUN)
+    return value(text, "trainbox_step", RUN) == 3 and silence is not None and silence >= 1.0
 
 
-def _training_again(run_dir: Path) -> bool:
-    """The second attempt trains and has left two progress samples with a step (its pace can be measured)."""
-    with contextlib.suppress(OSError):
-        lines = (run_dir / "progress.jsonl").read_text().splitlines()
-        second = [s for s in map(json.loads, lines) if s.get("attempt") == 1 and "step" in s]
-        return len(second) >= 2 and _state_json(run_dir).get("state") == "running"
-    return False
+def shows_training_again(text: str) -> bool:
+    """The second attempt trains, and its pace is known (two progress samples with a step)."""
+    pace = value(text, "trainbox_steps_per_second", RUN)
+    return current_state(text, RUN) == ["running"] and value(text, "trainbox_restarts_total", RUN) == 1 and bool(pace)
 
 
 @pytest.fixture(scope="module")
 def watched(node_exporter: NodeExporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
-    run_dir = tmp_path_factory.mktemp("runs") / "stalled-run"
+    run_dir = tmp_path_factory.mktemp("runs") / RUN
+    textfile = node_exporter.textfiles / f"{RUN}.prom"
     seen = Watched(run_dir)
-    server = metrics.MetricsServer(run_dir, "127.0.0.1", 0).start()
+    port = free_port()
+    server = subprocess.Popen(cli("metrics", str(run_dir), "--serve", f"127.0.0.1:{port}"), env=cli_env(), cwd=REPO)
+    served = f"http://127.0.0.1:{port}/metrics"
 
-    def take(moment: str) -> None:
-        metrics.write_textfile(run_dir, node_exporter.textfiles / "stalled-run.prom")
+    def take(moment: str, ready: Callable[[str], bool], timeout: float) -> None:
+        """Scrape both until each shows the moment (the textfile is rewritten every few seconds)."""
+        texts: Dict[str, str] = {}
+
+        def shown() -> bool:
+            texts["node_exporter"], texts["serve"] = node_exporter.scrape(), scrape(served)
+            return all(ready(text) for text in texts.values())
+
+        wait_for(shown, timeout, f"both scrapes to show the run {moment}")
         seen.taken_ts[moment] = time.time()
-        seen.scraped["node_exporter"][moment] = node_exporter.scrape()
-        seen.scraped["serve"][moment] = scrape(server.url)
+        for source, text in texts.items():
+            seen.scraped[source][moment] = text
 
     child = faulty_child("--steps", STEPS, "--interval", "0.05")
-    argv = [sys.executable, "-m", "trainbox", *SUPERVISE, "--run-dir", str(run_dir), "--", *child]
+    argv = cli(*SUPERVISE, "--run-dir", str(run_dir), "--metrics-textfile", str(textfile), "--", *child)
     env = cli_env({"TRAIN_FAULT": "sleep@step,step=3,attempt=0"})
     try:
-        take("before")
+        wait_for(lambda: _answers(served), 60, "trainbox metrics --serve to answer")
+        subprocess.run(cli("metrics", str(run_dir), "--textfile", str(textfile)), env=cli_env(), cwd=REPO, check=True)
+        take("before", lambda text: current_state(text, RUN) == ["unknown"], 30)
         proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_for(lambda: _hung(run_dir), 60, "the first attempt to hang at step 3 for a second")
-        take("hung")
-        wait_for(lambda: _training_again(run_dir), 90, "the second attempt to train")
-        take("training")
+        take("hung", shows_the_hang, 60)
+        take("training", shows_training_again, 90)
         _, stderr = proc.communicate(timeout=120)
         seen.code = proc.returncode
         assert seen.code == 0, stderr.decode()[-2000:]
-        take("ended")
+        take("ended", lambda text: current_state(text, RUN) == ["succeeded"], 30)
         yield seen
     finally:
-        server.close()
+        server.terminate()
+        assert server.wait(10) == 0
         assert not survivors(run_dir)
 
 
-RUN = "stalled-run"
+def _answers(url: str) -> bool:
+    with contextlib.suppress(OSError):
+        return bool(scrape(url))
+    return False
 
 
 @pytest.fixture(params=SOURCES)
@@ -450,6 +458,28 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
             metrics.serve(tmp_path, "127.0.0.1", port)
 
 
+def test_serve_without_prometheus_client_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as where it is not installed
+    with pytest.raises(UserError, match=r"--serve needs prometheus_client: pip install prometheus_client"):
+        metrics.serve(tmp_path, "127.0.0.1", 0)
+
+
+def test_the_supervisors_textfile_that_cannot_be_written_is_one_line_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    keeper = metrics.Keeper(blocker / "run.prom")
+    for _ in range(3):
+        keeper(RunDir(tmp_path))
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(f"trainbox: metrics: cannot write {blocker / 'run.prom'}: ")
+    assert said[0].endswith("(said once; the run goes on)")
+    good = metrics.Keeper(tmp_path / "textfiles" / "run.prom")
+    good(RunDir(tmp_path))
+    assert current_state((tmp_path / "textfiles" / "run.prom").read_text(), tmp_path.name) == ["unknown"]
+
+
 def test_serve_ends_on_a_stop_signal(tmp_path: Path) -> None:
     port = free_port()
     code = "import sys; from trainbox.view import metrics; sys.exit(metrics.serve(sys.argv[1], '127.0.0.1', int(sys.argv[2])))"
@@ -462,3 +492,51 @@ def test_serve_ends_on_a_stop_signal(tmp_path: Path) -> None:
         assert proc.wait(10) == 0
     finally:
         proc.kill()
+
+
+# -- the README's alert rules ---------------------------------------------------------------------------------------------------
+#: Three runs, a minute apart: one whose progress stopped at 0, one that keeps making progress, one that gave up at 2m.
+RULE_TESTS = """\
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - {series: 'trainbox_last_progress_timestamp_seconds{run="stuck"}', values: '0x20'}
+      - {series: 'trainbox_state{run="stuck",state="running"}', values: '1x20'}
+      - {series: 'trainbox_last_progress_timestamp_seconds{run="fine"}', values: '0+60x20'}
+      - {series: 'trainbox_state{run="fine",state="running"}', values: '1x20'}
+      - {series: 'trainbox_state{run="done",state="running"}', values: '1 1 0x18'}
+      - {series: 'trainbox_state{run="done",state="gave_up"}', values: '0 0 1x18'}
+      - {series: 'trainbox_last_progress_timestamp_seconds{run="done"}', values: '0x20'}
+    alert_rule_test:
+      - {eval_time: 9m, alertname: TrainboxNoProgress, exp_alerts: []}
+      - eval_time: 11m
+        alertname: TrainboxNoProgress
+        exp_alerts:
+          - exp_labels: {severity: warning, run: stuck}
+            exp_annotations: {summary: "trainbox run stuck: no progress for 10 minutes"}
+      - {eval_time: 1m, alertname: TrainboxGaveUp, exp_alerts: []}
+      - eval_time: 3m
+        alertname: TrainboxGaveUp
+        exp_alerts:
+          - exp_labels: {severity: critical, run: done, state: gave_up}
+            exp_annotations: {summary: "trainbox run done ended without finishing (gave_up)"}
+"""
+
+
+def readme_rules() -> str:
+    """The ``yaml`` block of the README's Alerting section."""
+    section = (REPO / "README.md").read_text().split("### Alerting", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_alert_rules_pass_promtool_and_fire_when_they_should(tmp_path: Path) -> None:
+    promtool = program("promtool", package="prometheus")
+    (tmp_path / "rules.yml").write_text(readme_rules())
+    (tmp_path / "tests.yml").write_text(RULE_TESTS)
+    for check in (["check", "rules", "rules.yml"], ["test", "rules", "tests.yml"]):
+        done = subprocess.run([promtool, *check], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    names = {metric.name for metric in metrics.METRICS}
+    assert {"trainbox_last_progress_timestamp_seconds", "trainbox_state"} <= names

@@ -29,8 +29,13 @@ The rules:
 * **No zombies, and no confusion with the training tree.** The supervisor is a child subreaper:
   what a notifier orphans is re-parented to it. The worker reaps every child of ours left in the
   notifier's group after killing it (``waitpid(-pgid)``). :meth:`Notifier.groups` names the groups
-  in flight, so the supervisor's process tree can leave them out of the training tree it samples
-  and kills.
+  in flight, so the supervisor's process tree leaves them out of the training tree it samples
+  and kills (:class:`trainbox.system.proctree.ProcessTree`'s ``foreign_groups``): a notifier's CPU
+  never makes a deadlocked trainer look busy, and a stall's kill never ends a notification. A
+  notifier is registered before anyone can ask about it: ``groups()`` waits while one is being
+  started, so a tree that listed the supervisor's children before asking finds each one's group.
+* **Wired through the run's record** (:func:`attach`): every event the supervisor writes is sent,
+  and the queue is closed as the run ends (:data:`CLOSE_S`), so the ``exit`` notification goes out.
 * **A failure is said once per kind**: the program cannot start (``start``), exits non-zero
   (``status``), is still running at the limit (``timeout``), or an event is dropped (``dropped``:
   queue full, or the run ended first). ``on_failure(kind, line)`` gets one line for the first
@@ -55,9 +60,13 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set
 
-from trainbox.errors import UserError
+from trainbox.errors import say
+from trainbox.heartbeat import RUN_DIR_ENV
+
+if TYPE_CHECKING:  # record imports policy, which imports settings, which imports this module: typing only
+    from trainbox.supervise.record import Record
 
 #: The events a person can be told of (``--notify-on``): stalls, restarts and giving up; a run gone slow and
 #: back to its pace (issue 29); the supervisor's final ``exit``; a hung supervisor ended by ``health --act``.
@@ -95,6 +104,9 @@ REAP_S = 1.0
 ABORT_S = POLL_S + 2 * REAP_S + 0.5
 #: At most this many characters of a notifier's error output are quoted in a failure line.
 QUOTE_CHARS = 200
+#: How long the end of a run (or ``health --act``, before its kill) waits for the notifications still queued:
+#: the last one's whole limit and its reaping. Past it, :meth:`Notifier.close` kills and drops (:data:`ABORT_S` more).
+CLOSE_S = LIMIT_S + 2 * REAP_S
 
 #: ``on_failure(kind, line)``: ``kind`` is one of :data:`FAILURE_KINDS`, ``line`` says what happened.
 FailureHandler = Callable[[str, str], None]
@@ -102,23 +114,23 @@ FAILURE_KINDS = ("start", "status", "timeout", "dropped")
 
 
 def parse_events(text: str) -> FrozenSet[str]:
-    """``--notify-on give_up,exit``: the event names, checked; a UserError names the unknown one."""
+    """``--notify-on give_up,exit``: the event names; ValueError (one phrase, for the flag's line) names an unknown one."""
     names = frozenset(name.strip() for name in text.split(",") if name.strip())
     unknown = sorted(names - set(NOTIFY_EVENTS))
     if unknown or not names:
         shown = f"unknown event {unknown[0]!r}" if unknown else "no event named"
-        raise UserError(f"--notify-on {text!r}: {shown}; choose from {','.join(NOTIFY_EVENTS)}")
+        raise ValueError(f"{text!r}: {shown}; choose from {','.join(NOTIFY_EVENTS)}")
     return names
 
 
 def parse_command(text: str) -> List[str]:
-    """``--notify 'examples/notify/ntfy.sh my-topic'``: the command's words (no shell); a UserError if none."""
+    """``--notify 'examples/notify/ntfy.sh my-topic'``: the command's words (no shell); ValueError if there are none."""
     try:
         words = shlex.split(text)
     except ValueError as exc:
-        raise UserError(f"--notify {text!r}: {exc} (quote it as for a shell)") from None
+        raise ValueError(f"{text!r}: {exc} (quote it as for a shell)") from None
     if not words:
-        raise UserError("--notify needs a command, e.g. --notify examples/notify/ntfy.sh")
+        raise ValueError("needs a command, e.g. --notify 'examples/notify/ntfy.sh TOPIC'")
     return words
 
 
@@ -238,6 +250,8 @@ class Notifier:
         self._reported: Set[str] = set()
         self._queue: Deque[_Job] = collections.deque()
         self._groups: Set[int] = set()
+        #: Held from before a notifier is forked until its group is in ``_groups``: see :meth:`groups`.
+        self._spawning = threading.Lock()
         self._lock = threading.Condition()
         self._closing = False
         self._abort = threading.Event()
@@ -266,8 +280,12 @@ class Notifier:
             self._fail("dropped", f"notification of {name} dropped: {MAX_QUEUED} notifications are waiting already")
 
     def groups(self) -> FrozenSet[int]:
-        """The process groups of the notifiers running now (not part of the training tree)."""
-        with self._lock:
+        """The process groups of the notifiers running now (not part of the training tree).
+
+        Waits for a notifier being started (milliseconds), so a caller that listed the supervisor's children
+        first, then asks, finds the group of every notifier it listed (:class:`trainbox.system.proctree.ProcessTree`).
+        """
+        with self._spawning, self._lock:
             return frozenset(self._groups)
 
     def close(self, timeout: float) -> None:
@@ -305,14 +323,12 @@ class Notifier:
     def _notify(self, job: _Job) -> None:
         """Run the command for one event, to its end or its limit; report what went wrong."""
         try:
-            proc = self._spawn(job)
+            proc = self._start(job)
         except OSError as exc:
             self._fail("start", f"{self._cannot_start()}: {exc.strerror or exc}")
             return
         assert proc.stderr is not None
         tail = _ErrorTail(proc.stderr.fileno())
-        with self._lock:
-            self._groups.add(proc.pid)
         try:
             exited = self._watch(proc.pid, tail)
             _kill_group(proc.pid)  # the leader is not reaped yet: the group id cannot have been reused
@@ -324,6 +340,14 @@ class Notifier:
                 self._groups.discard(proc.pid)
             proc.stderr.close()
         self._report(job.name, exited, code, tail.last_line())
+
+    def _start(self, job: _Job) -> subprocess.Popen:
+        """Start the command for ``job``, its group registered before :meth:`groups` can answer again."""
+        with self._spawning:
+            proc = self._spawn(job)
+            with self._lock:
+                self._groups.add(proc.pid)
+        return proc
 
     def _spawn(self, job: _Job) -> subprocess.Popen:
         event_input = _event_input(job.payload)
@@ -371,3 +395,19 @@ class Notifier:
             self._on_failure(kind, line + " (said once; the run goes on)")
         except Exception:  # noqa: BLE001 - the handler's own failure must not end the worker (zombies, a stuck queue)
             pass
+
+
+def attach(record: Record, command: Sequence[str], events: FrozenSet[str], attempt: Callable[[], int]) -> Notifier:
+    """A notifier told every event ``record`` writes from now on (``TRAIN_RUN_DIR`` names the run for it).
+
+    Its failures are one line each (``notify: ...``) and a ``notify_failed`` event, written best-effort: they come
+    from its worker thread, where a full disk must not end it, and the run goes on either way.
+    """
+
+    def failed(kind: str, line: str) -> None:
+        say(f"notify: {line}")
+        record.emit_best_effort("notify_failed", attempt(), kind=kind, line=line)
+
+    notifier = Notifier(command, events, failed, env={RUN_DIR_ENV: str(record.run_dir.root)})
+    record.listen(notifier.send)
+    return notifier

@@ -8,9 +8,12 @@ alone (so they work from outside a container, and while no supervisor runs):
 
 * :func:`write_textfile`: node_exporter's *textfile collector* format (the text exposition format
   0.0.4, without timestamps, which that collector refuses), written atomically (temp file in the same
-  folder, fsync, rename: :mod:`trainbox.atomic`) so node_exporter never reads half a file. Each run
+  folder, rename: :mod:`trainbox.atomic`) so node_exporter never reads half a file. Not fsynced: it is
+  rewritten every few seconds and says nothing after a power cut that the run directory does not. Each run
   writes its own ``NAME.prom`` and every sample carries a ``run`` label (the run directory's name), so
-  several runs share one textfile directory.
+  several runs share one textfile directory. ``trainbox metrics --textfile`` writes it once; the supervisor
+  keeps it with ``--metrics-textfile`` (:class:`Keeper`, the CLI's ``SupervisorSpec.on_publish``: the core
+  never imports this module).
 * :func:`serve`: ``/metrics`` over HTTP with the ``prometheus_client`` library, whose collector reads
   the run directory afresh at every scrape (a ``host`` extra; the textfile path needs only the
   standard library and PyYAML, so the supervisor can keep a textfile inside the container).
@@ -29,13 +32,13 @@ counters, ``_info`` on a metric that carries text in its labels. The choices:
   as labels of every metric they would start new series on each change.
 * Counters count the events in ``events.jsonl``, the whole directory's history, which only grows:
   they never go down (``state.json`` counts only its own supervisor's). ``trainbox_stalls_total`` has
-  one series per cause (:class:`trainbox.causes.Cause`, all present from 0), so ``increase()`` works
+  one series per cause (:class:`trainbox.rundir.events.Cause`, all present from 0), so ``increase()`` works
   from the first stall.
 * ``trainbox_steps_per_second`` is the pace over the last :data:`PACE_WINDOW_S` of the current
   attempt's progress samples (``progress.jsonl``); 0 when no step was made within that window.
 * ``trainbox_slow_ratio`` is the ``ratio`` of the latest ``slow`` event (issue 29: the rate against
   this run's own baseline) until a ``recovered``, a new attempt or the end; 1 when the run is at pace.
-* ``trainbox_eta_seconds`` is :meth:`trainbox.runview.RunView.eta_s` (the same as ``status``);
+* ``trainbox_eta_seconds`` is :meth:`trainbox.view.runview.RunView.eta_s` (the same as ``status``);
   ``trainbox_deadline_timestamp_seconds`` is there when a deadline is given, so an alert is
   ``time() + trainbox_eta_seconds > trainbox_deadline_timestamp_seconds``.
 
@@ -70,12 +73,13 @@ import yaml
 
 from trainbox import interrupt
 from trainbox.atomic import remove_stale_temps, write_text_atomic
-from trainbox.causes import Cause
-from trainbox.container import status
-from trainbox.errors import UserError
-from trainbox.rundir import RunDir
-from trainbox.runview import RunView
-from trainbox.supervisor import State
+from trainbox.errors import UserError, say
+from trainbox.rundir.events import Cause
+from trainbox.rundir.layout import RunDir
+from trainbox.rundir.state import State
+from trainbox.supervise.settings import METRICS_TEXTFILE
+from trainbox.view import status
+from trainbox.view.runview import RunView
 
 #: The most read of one small file (state.json, a heartbeat, args.yaml): each is a few KB; this is generous.
 JSON_FILE_BYTES = 1 << 20
@@ -83,12 +87,12 @@ JSON_FILE_BYTES = 1 << 20
 #: of them, more than any real run writes; a scrape every 15 s reading it stays in milliseconds.
 EVENTS_BYTES = 64 << 20
 #: The most read of progress.jsonl, from its end: about 40 minutes of samples (100 KB an hour,
-#: trainbox.progress_log), far more than :data:`PACE_WINDOW_S` needs.
+#: trainbox.rundir.progress), far more than :data:`PACE_WINDOW_S` needs.
 PROGRESS_BYTES = 64 << 10
 #: Rank heartbeat files read at most (torchrun: one per rank of this node; 8 GPUs is the usual most).
 MAX_RANK_FILES = 256
 #: The pace is measured over this much of the latest samples: a minute holds about twelve samples
-#: (one every 5 s, trainbox.progress_log.SAMPLE_S), enough to smooth one slow batch, short enough to
+#: (one every 5 s, trainbox.rundir.progress.SAMPLE_S), enough to smooth one slow batch, short enough to
 #: show a slowdown within a scrape or two.
 PACE_WINDOW_S = 60.0
 #: Label values are cut to this length: a cause, a profile or a phase is a word; the rest is garbage.
@@ -438,7 +442,28 @@ def write_textfile(
 ) -> None:
     """Write the run's metrics to ``path`` for node_exporter (name it ``*.prom``), atomically; OSError if it cannot."""
     remove_stale_temps(path)  # what a writer killed mid-write left (never read: not *.prom)
-    write_text_atomic(path, render(collect(run_dir, now, deadline_ts, run)))
+    write_text_atomic(path, render(collect(run_dir, now, deadline_ts, run)), fsync=False)
+
+
+class Keeper:
+    """``--metrics-textfile PATH``: the supervisor's ``on_publish``, rewriting the textfile from the run directory.
+
+    Best-effort by design, as the HTML report: metrics must never change how a run goes, so a failure (the
+    folder gone, a full disk) is one line, said once, and the run goes on; the next rewrite tries again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._said = False
+
+    def __call__(self, run: RunDir) -> None:
+        try:
+            write_textfile(run.root, self.path)
+        except Exception as exc:  # noqa: BLE001 - see the class docstring
+            if not self._said:
+                self._said = True
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+                say(f"metrics: cannot write {self.path}: {why} (said once; the run goes on)")
 
 
 # -- /metrics over HTTP (prometheus_client: the host extra) ---------------------------------------------------------
@@ -513,6 +538,10 @@ def serve(run_dir: Path, host: str, port: int, deadline_ts: Optional[float] = No
         server = MetricsServer(run_dir, host, port, deadline_ts, run)
     except OSError as exc:
         raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    except ModuleNotFoundError as missing:
+        if missing.name != "prometheus_client":
+            raise
+        raise UserError("--serve needs prometheus_client: pip install prometheus_client (trainbox[host] has it)") from None
     try:
         print(f"serving the metrics of {run_dir} on {server.url}", flush=True)
         with interrupt.stop_requests():
@@ -536,10 +565,14 @@ def parse_address(text: str) -> Tuple[str, int]:
     return host or ANY_ADDRESS, int(port)
 
 
+def _textfile(text: str) -> Path:
+    return Path(str(METRICS_TEXTFILE.from_text(text)))  # the supervisor's --metrics-textfile rule: *.prom
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--textfile", type=Path, metavar="PATH", help="write node_exporter's textfile (name it *.prom), then exit")
+    where.add_argument("--textfile", type=_textfile, metavar="PATH", help="write node_exporter's textfile (*.prom), then exit")
     where.add_argument(
         "--serve", metavar="[ADDR:]PORT", help="serve /metrics over HTTP until Ctrl-C (PORT alone: on 127.0.0.1 only)"
     )
