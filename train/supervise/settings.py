@@ -83,7 +83,7 @@ class Setting:
     @property
     def initial(self) -> Value:
         """The value before the command line: the environment's (``env``, when set and not empty), else the default."""
-        return os.environ.get(self.env) or self.default if self.env else self.default
+        return (os.environ.get(self.env) or self.default) if self.env else self.default
 
     def problem(self, value: object) -> Optional[str]:
         """Why ``value`` is refused (one phrase), or None when it is acceptable."""
