@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional
 
 from trainbox import heartbeat
 from trainbox.errors import Stuck
@@ -61,10 +61,23 @@ def child_env(run_dir: RunDir, attempt: int, launch: Launch, environ: Mapping[st
 
 
 class Attempt:
-    """One attempt in flight: what it was launched with and the handles to watch and end it."""
+    """One attempt in flight: what it was launched with and the handles to watch and end it.
 
-    def __init__(self, number: int, launch: Launch, policy: BudgetPolicy, record: Record, grace_s: float, echo: bool) -> None:
+    ``foreign_groups``: process groups of the supervisor's that are not the child's (the notifiers in flight).
+    """
+
+    def __init__(
+        self,
+        number: int,
+        launch: Launch,
+        policy: BudgetPolicy,
+        record: Record,
+        grace_s: float,
+        echo: bool,
+        foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
+    ) -> None:
         self.number = number
+        self.foreign_groups = foreign_groups
         self.launch = launch
         self.policy = policy
         self.record = record
@@ -96,7 +109,7 @@ class Attempt:
             self.proc.kill()  # no handle to watch or end it by: it must not run on alone
             self.proc.wait()
             raise
-        self.tree = proctree.ProcessTree(self.proc.pid)
+        self.tree = proctree.ProcessTree(self.proc.pid, self.foreign_groups)
         self.beats = ranks.JobBeats(self.run_dir, self.policy, time.monotonic())
         self.watch = SilenceWatch(self.tree, self.env, Limits(self.launch.idle_timeout, self.launch.compile_cap))
         return self

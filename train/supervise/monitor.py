@@ -14,7 +14,7 @@ in its place (``tests/supervise/test_loop.py``) and script whole runs in millise
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 from trainbox import faults
 from trainbox.errors import say
@@ -47,8 +47,11 @@ class Monitor:
         session: int,
         hangs: int = 0,
         echo: bool = True,
+        foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
     ) -> None:
         self.record = record
+        #: The supervisor's process groups that are not any attempt's (the notifiers in flight).
+        self.foreign_groups = foreign_groups
         self.settings = settings
         self.stop_signal = stop_signal
         self.session = session
@@ -59,7 +62,7 @@ class Monitor:
     def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         """Start attempt ``number`` and watch it to its end; its outcome (a crash recorded as one)."""
         try:
-            with Attempt(number, launch, policy, self.record, self.settings.grace_s, self.echo) as attempt:
+            with Attempt(number, launch, policy, self.record, self.settings.grace_s, self.echo, self.foreign_groups) as attempt:
                 outcome = self._watch(attempt)
                 tail = attempt.tee
         except CannotStart as exc:

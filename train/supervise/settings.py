@@ -7,15 +7,22 @@ and ``Launch`` checks its two budgets with the same rules. A bad value is an
 error that names the flag, never quietly adjusted: nan and inf are refused
 everywhere (no budget, delay or count is infinite), and each setting says its
 own lower bound. A setting may be a choice of words instead of a number
-(``--on-stall restart|report``): then ``choices`` lists them.
+(``--on-stall restart|report``): then ``choices`` lists them. Or it is text that
+``parse`` checks (``--notify CMD``, ``--notify-on LIST``, ``--metrics-textfile
+PATH``); such a setting may also come from an environment variable (``env``),
+used when the flag is not given: that is how compose and the containers'
+health check get it (compose.yaml passes ``TRAINBOX_NOTIFY`` and the others on).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple, Union
+from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
+
+from trainbox.supervise import notify
 
 Number = Union[int, float]
 #: What a setting holds: a number, or one of its ``choices``.
@@ -39,6 +46,12 @@ class Setting:
     profile_supplies: bool = False
     #: The words accepted, for a choice rather than a number (the first is not implied: ``default`` is).
     choices: Tuple[str, ...] = ()
+    #: For text: raises ValueError (one phrase, without the flag) for text it refuses.
+    parse: Optional[Callable[[str], object]] = None
+    #: For text: the environment variable that supplies it when the flag is not given (empty: unset).
+    env: str = ""
+    #: How ``--help`` names the value (argparse's default, the flag in capitals, when None).
+    metavar: Optional[str] = None
 
     @property
     def dest(self) -> str:
@@ -47,6 +60,8 @@ class Setting:
 
     @property
     def rule(self) -> str:
+        if self.parse is not None:
+            return "text"
         if self.choices:
             return "one of " + ", ".join(self.choices)
         return f"{'>' if self.above else '>='} {self.minimum:g}"
@@ -61,10 +76,25 @@ class Setting:
     @property
     def default_text(self) -> str:
         """The default as ``--help`` shows it."""
+        if self.env:
+            return f"${self.env}, else {self.default or 'none'}"
         return self.default if isinstance(self.default, str) else f"{self.default:g}"
+
+    @property
+    def initial(self) -> Value:
+        """The value before the command line: the environment's (``env``, when set and not empty), else the default."""
+        return (os.environ.get(self.env) or self.default) if self.env else self.default
 
     def problem(self, value: object) -> Optional[str]:
         """Why ``value`` is refused (one phrase), or None when it is acceptable."""
+        if self.parse is not None:
+            if not isinstance(value, str):
+                return f"must be text, got {value!r}"
+            try:
+                self.parse(value)
+            except ValueError as exc:
+                return str(exc)
+            return None
         if self.choices:
             return None if value in self.choices else f"must be {self.rule}, got {value!r}"
         kinds = (int,) if self.whole else (int, float)
@@ -84,9 +114,10 @@ class Setting:
 
     def from_text(self, text: str) -> Value:
         """argparse's ``type``: the parsed, checked value (argparse names the flag in its error)."""
-        if self.choices:
-            if text not in self.choices:
-                raise argparse.ArgumentTypeError(f"must be {self.rule}, got {text!r}")
+        if self.parse is not None or self.choices:
+            problem = self.problem(text)
+            if problem:
+                raise argparse.ArgumentTypeError(problem)
             return text
         try:
             value: Value = int(text) if self.whole else float(text)
@@ -104,7 +135,8 @@ class Setting:
         parser.add_argument(
             self.flag,
             type=self.from_text,
-            default=None if unset else self.default,
+            default=None if unset else self.initial,  # argparse checks a text default with ``type`` too (the environment's)
+            metavar=self.metavar,
             help=f"{self.help} (default: {default_text})",
         )
 
@@ -159,6 +191,50 @@ ON_STALL = Setting(
     choices=("restart", "report"),
 )
 
+
+def _command(text: str) -> None:
+    if text:  # empty: no notifier
+        notify.parse_command(text)
+
+
+#: The suffix node_exporter's textfile collector reads (it passes over every other file in its directory).
+TEXTFILE_SUFFIX = ".prom"
+
+
+def _textfile(text: str) -> None:
+    if text and not text.endswith(TEXTFILE_SUFFIX):
+        raise ValueError(f"{text!r}: node_exporter's textfile collector reads only *{TEXTFILE_SUFFIX} files; name it so")
+
+
+NOTIFY = Setting(
+    "notify",
+    "--notify",
+    "",
+    "run this command line (no shell) on the events --notify-on names: the event as JSON on its stdin, "
+    f"its name in ${notify.EVENT_ENV}; detached, {notify.LIMIT_S:g} s at most (examples/notify/)",
+    parse=_command,
+    env="TRAINBOX_NOTIFY",
+    metavar="CMD",
+)
+NOTIFY_ON = Setting(
+    "notify_on",
+    "--notify-on",
+    ",".join(name for name in notify.NOTIFY_EVENTS if name in notify.DEFAULT_EVENTS),
+    f"the events --notify is run on, comma-separated, of {','.join(notify.NOTIFY_EVENTS)}",
+    parse=notify.parse_events,
+    env="TRAINBOX_NOTIFY_ON",
+    metavar="EVENTS",
+)
+METRICS_TEXTFILE = Setting(
+    "metrics_textfile",
+    "--metrics-textfile",
+    "",
+    "keep the run's Prometheus metrics in this node_exporter textfile (*.prom), rewritten every few seconds",
+    parse=_textfile,
+    env="TRAINBOX_METRICS_TEXTFILE",
+    metavar="PATH",
+)
+
 #: Every supervisor setting, in the order ``--help`` lists them.
 SETTINGS = (
     STARTUP_TIMEOUT,
@@ -174,6 +250,9 @@ SETTINGS = (
     IDLE_TIMEOUT,
     COMPILE_CAP,
     ON_STALL,
+    NOTIFY,
+    NOTIFY_ON,
+    METRICS_TEXTFILE,
 )
 #: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
 LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
@@ -201,6 +280,9 @@ class SupervisorSettings:
     learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
     on_stall: str = str(ON_STALL.default)
     hung_after_s: float = HUNG_AFTER.number
+    notify: str = str(NOTIFY.default)
+    notify_on: str = str(NOTIFY_ON.default)
+    metrics_textfile: str = str(METRICS_TEXTFILE.default)
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():
@@ -210,6 +292,15 @@ class SupervisorSettings:
                 f"{BACKOFF_MAX.flag} ({self.backoff_max_s:g}) must be >= {BACKOFF.flag} ({self.backoff_s:g}): "
                 f"raise {BACKOFF_MAX.flag} or lower {BACKOFF.flag}"
             )
+
+    @property
+    def notify_command(self) -> List[str]:
+        """``--notify``'s words (none: no notifier)."""
+        return notify.parse_command(self.notify) if self.notify else []
+
+    @property
+    def notify_events(self) -> FrozenSet[str]:
+        return notify.parse_events(self.notify_on)
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> SupervisorSettings:
