@@ -7,8 +7,8 @@ HUNG." So progress is a *counter* that takes a new value, never output as
 such: a thread that prints "GPU memory 5.1 GB" while the loop is stuck, a
 bar redrawn at the same count by tqdm's monitor thread or by rich's refresh
 thread, and a log line repeated with the same number are chatter. PortOS
-(#1330) met exactly that: a flat watchdog was defeated by a thread that kept
-printing; it fixed it by reading the step rate from the output, as this does.
+(#1330, PR #1381) met exactly that: a flat watchdog was defeated by a thread
+that kept printing, and was fixed by reading the step rate from the output.
 
 :func:`read` is the pure recogniser: one display line (as
 :class:`trainbox.supervise.terminal.TerminalLines` gives them, ``\\r`` redraws
@@ -54,11 +54,27 @@ bars) are never compared with each other. A reading with a batch but no epoch
 takes the epoch of the last reading that had one (Keras' ``Epoch 3/10`` line,
 Ultralytics' epoch bar before its validation bar).
 
+The forms are taken from the tools' own code and recorded output
+(tests/fixtures/output/): tqdm's ``format_meter`` (``{l_bar}{bar}| {n_fmt}/{total_fmt}
+[{elapsed}<{remaining}, {rate_fmt}{postfix}]``), Ultralytics'
+``utils/tqdm.py`` ``_display`` and ``DetectionValidator.get_desc``, rich's
+``BarColumn``/``MofNCompleteColumn``/``TaskProgressColumn``, Keras'
+``Progbar``, pytorch/examples' ``mnist/main.py`` and ``imagenet/main.py``
+``ProgressMeter``, and Hugging Face ``Trainer.log``.
+
+How the supervisor uses it: the thread that reads the child's terminal feeds
+each chunk to ``TerminalLines.feed`` and every state it returns to
+:meth:`OutputProgress.observe` with ``time.monotonic()``; the supervisor loop
+asks :meth:`OutputProgress.latest` for the last beat that was progress and when.
+
 Limits: a counter is recognised only in one of these forms or the user's;
 scaled counts (``4.5k/10k``) are read to the precision shown; a bar with no
 epoch in its label reads as ``step`` and restarts at each epoch, so two stalls
 at the same step of different epochs look like the same place; two processes
-drawing the same bar (every DDP rank with its own tqdm) share a track.
+drawing the same bar (every DDP rank with its own tqdm) share a track. A line
+that shows a counter costs about 30 µs to read here (a line that cannot, one
+regex search), so a child that prints tens of thousands of counter lines a
+second costs the reader a core.
 """
 
 from __future__ import annotations
@@ -67,7 +83,7 @@ import collections
 import re
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Match, Optional, OrderedDict, Pattern, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, OrderedDict, Sequence, Tuple, Union
 
 from trainbox.errors import UserError
 
@@ -112,10 +128,12 @@ class LinePattern:
     """One form of progress line: how to find it, how to read it, and a line it recognises (docs and tests)."""
 
     name: str
-    regex: Pattern[str]
-    build: Callable[[Match[str]], Optional[Reading]]
+    regex: re.Pattern[str]
+    build: Callable[[re.Match[str]], Optional[Reading]]
     source: str
     sample: str
+    #: Whether a line must pass :data:`_MAYBE_A_COUNTER` first (every built-in; a user's pattern is always tried).
+    screened: bool = True
 
 
 class ProgressPatternError(UserError):
@@ -130,8 +148,11 @@ _PHASES = (
     ("val", re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing|sanity)\b", re.I)),
     ("train", re.compile(r"\b(?:train|training|epoch)\b", re.I)),
 )
-_EPOCH_IN_LABEL = re.compile(r"\bepoch\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+_EPOCH_IN_LABEL = re.compile(r"\bepoch\b\s*(?:[:=#]\s*)?(\d+)(?:\s*/\s*(\d+))?", re.I)
 _DIGITS = re.compile(r"\d+")
+#: What every built-in pattern needs somewhere in the line (n/total, a percentage, tqdm's elapsed time, a word):
+#: one search in C turns away most output (log lines, chatter) before the patterns are tried one by one.
+_MAYBE_A_COUNTER = re.compile(r"/\s*[\d?]|\d%|\[\d+:\d\d|step|iter|epoch", re.I)
 _PRINTED_COUNT = re.compile(rf"(\d{{1,{MAX_DIGITS}}})(?:\.(\d{{1,3}}))?([kKMGT]?)")
 
 
@@ -143,8 +164,8 @@ def _int(text: Optional[str]) -> Optional[int]:
     if match is None:
         return None
     whole, fraction, suffix = match.groups()
-    if fraction and not suffix:
-        return None  # 0.5 of a batch is not a count
+    if not suffix:
+        return None if fraction else int(whole)  # 0.5 of a batch is not a count
     return int(float(f"{whole}.{fraction or 0}") * _SCALE[suffix])
 
 
@@ -169,13 +190,13 @@ def phase_of(label: str) -> Optional[str]:
 
 def _track(name: str, label: str, total: Optional[int]) -> str:
     """Which counter this is: the pattern, its label with the digits masked (an epoch number, a loss), its total."""
-    return f"{name}:{_DIGITS.sub('#', label.strip())[:80]}:{total if total is not None else '?'}"
+    return f"{name}:{_DIGITS.sub('#', label.strip()[:80])}:{total if total is not None else '?'}"
 
 
-def _counted(name: str, label: str, count: Optional[int], total: Optional[int], phase: Optional[str] = None) -> Reading:
+def _counted(name: str, label: str, count: Optional[int], total: Optional[int]) -> Reading:
     """A bar's reading: ``batch`` of an epoch when its label names the epoch, else ``step``."""
     epoch = _EPOCH_IN_LABEL.search(label)
-    phase = phase or phase_of(label)
+    phase = phase_of(label)
     if epoch is None:
         return Reading(name, _track(name, label, total), phase, step=count)
     return Reading(
@@ -196,7 +217,7 @@ _COUNT = r"\d+(?:\.\d+)?[kKMGT]?"  # tqdm's n_fmt, unit-scaled or not
 _ULTRALYTICS_EPOCH = re.compile(r"^\s*(\d+)/(\d+)\s+\S+\s")
 
 
-def _ultralytics(match: Match[str]) -> Optional[Reading]:
+def _ultralytics(match: re.Match[str]) -> Optional[Reading]:
     label, count, total = match.group("label"), _int(match.group("n")), _int(match.group("total"))
     epoch = _ULTRALYTICS_EPOCH.match(label)
     if epoch is not None:
@@ -207,27 +228,27 @@ def _ultralytics(match: Match[str]) -> Optional[Reading]:
     return _counted("ultralytics", label, count, total)
 
 
-def _tqdm(match: Match[str]) -> Optional[Reading]:
+def _tqdm(match: re.Match[str]) -> Optional[Reading]:
     return _counted("tqdm", match.group("label") or "", _int(match.group("n")), _int(match.group("total")))
 
 
-def _rich(match: Match[str]) -> Optional[Reading]:
-    label = match.group("label") or ""
+def _rich(match: re.Match[str]) -> Optional[Reading]:
+    label = match.string[: match.start()]  # the bar is searched for, not the label: no quadratic scan of a long line
     if match.group("n") is not None:
         return _counted("rich", label, _int(match.group("n")), _int(match.group("total")))
     return _counted("rich-percent", label, _int(match.group("pct")), 100)
 
 
-def _keras(match: Match[str]) -> Optional[Reading]:
+def _keras(match: re.Match[str]) -> Optional[Reading]:
     return Reading("keras", _track("keras", "", None), batch=_int(match.group("n")), batches=_int(match.group("total")))
 
 
-def _keras_epoch(match: Match[str]) -> Optional[Reading]:
+def _keras_epoch(match: re.Match[str]) -> Optional[Reading]:
     return Reading("keras", _track("keras", "", None), epoch=_int(match.group("epoch")), epochs=_int(match.group("epochs")))
 
 
-def _examples(phase: str) -> Callable[[Match[str]], Optional[Reading]]:
-    def build(match: Match[str]) -> Optional[Reading]:
+def _examples(phase: str) -> Callable[[re.Match[str]], Optional[Reading]]:
+    def build(match: re.Match[str]) -> Optional[Reading]:
         epoch = _int(match.groupdict().get("epoch"))
         count, total = _int(match.group("n")), _int(match.group("total"))
         return Reading("pytorch-examples", _track("pytorch-examples", phase, None), phase, epoch, None, count, total)
@@ -235,12 +256,12 @@ def _examples(phase: str) -> Callable[[Match[str]], Optional[Reading]]:
     return build
 
 
-def _hf_log(match: Match[str]) -> Optional[Reading]:
+def _hf_log(match: re.Match[str]) -> Optional[Reading]:
     phase = "val" if match.group("eval") else None
     return Reading("hf-log", _track("hf-log", phase or "", None), phase, epoch=_float(match.group("epoch")))
 
 
-def _step_words(match: Match[str]) -> Optional[Reading]:
+def _step_words(match: re.Match[str]) -> Optional[Reading]:
     before = match.string[: match.start()]
     epoch = _EPOCH_IN_LABEL.search(match.string)
     return Reading(
@@ -253,7 +274,7 @@ def _step_words(match: Match[str]) -> Optional[Reading]:
     )
 
 
-def _epoch_words(match: Match[str]) -> Optional[Reading]:
+def _epoch_words(match: re.Match[str]) -> Optional[Reading]:
     phase = phase_of(match.string[: match.start()])
     return Reading("words", _track("words", "epoch", None), phase, _int(match.group("epoch")), _int(match.group("epochs")))
 
@@ -282,7 +303,7 @@ PATTERNS: Tuple[LinePattern, ...] = (
     ),
     LinePattern(
         "rich",
-        re.compile(rf"^(?P<label>.*?)\s*[{_BAR}]{{3,}}\s+(?:(?P<n>\d+)/(?P<total>\d+)|(?P<pct>\d+)%)(?:\s|$)"),
+        re.compile(rf"(?<![{_BAR}])[{_BAR}]{{3,}}\s+(?:(?P<n>\d+)/(?P<total>\d+)|(?P<pct>\d+)%)(?:\s|$)"),
         _rich,
         "rich progress bars (n/total, else the percentage), so Lightning's RichProgressBar",
         "Epoch 0/1  ━━━━━━━━━━━━━━━━━━━━━━━━ 4/20 0:00:00 • 0:00:01 499.16it/s loss: 0.175",
@@ -331,14 +352,14 @@ PATTERNS: Tuple[LinePattern, ...] = (
     ),
     LinePattern(
         "words",
-        re.compile(r"\b(?:global[_ ]step|iteration|iter|step)\b\s*[:=#]?\s*(?P<n>\d+)(?:\s*/\s*\d+)?", re.I),
+        re.compile(r"\b(?:global[_ ]step|iteration|iter|step)\b\s*(?:[:=#]\s*)?(?P<n>\d+)(?:\s*/\s*\d+)?", re.I),
         _step_words,
         "a line naming its step: global_step, iteration, iter or step, then the number",
         "step=1200 loss=0.173",
     ),
     LinePattern(
         "words",
-        re.compile(r"\bepoch\b\s*[:=#]?\s*(?P<epoch>\d+)(?:\s*/\s*(?P<epochs>\d+))?", re.I),
+        re.compile(r"\bepoch\b\s*(?:[:=#]\s*)?(?P<epoch>\d+)(?:\s*/\s*(?P<epochs>\d+))?", re.I),
         _epoch_words,
         "a line naming its epoch, and no step",
         "=> epoch 3 done, val mAP 0.41",
@@ -362,7 +383,10 @@ def describe(patterns: Sequence[LinePattern] = PATTERNS) -> str:
 def read(line: str, patterns: Sequence[LinePattern] = PATTERNS) -> Optional[Reading]:
     """The progress one display line shows, by the first of ``patterns`` that reads a counter in it; else None."""
     line = line[:MAX_READ_CHARS]
+    maybe = _MAYBE_A_COUNTER.search(line) is not None
     for pattern in patterns:
+        if pattern.screened and not maybe:
+            continue
         match = pattern.regex.search(line)
         reading = pattern.build(match) if match is not None else None
         if reading is not None and (reading.epoch, reading.batch, reading.step) != (None, None, None):
@@ -389,10 +413,10 @@ def user_pattern(text: str) -> LinePattern:
         raise ProgressPatternError(f"{where}: no counter in it; name one, e.g. {example}")
     if regex.search("") is not None:
         raise ProgressPatternError(f"{where}: it matches an empty line, so it cannot tell a counter from any output")
-    return LinePattern("user", regex, _user_reading, "your --progress-pattern", text)
+    return LinePattern("user", regex, _user_reading, "your --progress-pattern", text, screened=False)
 
 
-def _user_reading(match: Match[str]) -> Optional[Reading]:
+def _user_reading(match: re.Match[str]) -> Optional[Reading]:
     groups = match.groupdict()
     step, batch, epoch = (_int(groups.get(name)) for name in COUNTER_GROUPS)
     total = _int(groups.get("total"))
