@@ -76,6 +76,7 @@ import os
 import re
 import struct
 import termios
+import threading
 from typing import IO, Any, Deque, List, Optional, Tuple
 
 #: The window a child draws for when the supervisor's own output is not a terminal (a container's log, a file).
@@ -150,7 +151,10 @@ def open_pty(columns: int = DEFAULT_COLUMNS, rows: int = DEFAULT_ROWS) -> Option
 
 
 class TerminalLines:
-    """A child's bytes, fed as they come, read back as display lines (see the module docstring)."""
+    """A child's bytes, fed as they come, read back as display lines (see the module docstring).
+
+    Thread-safe: the output reader thread calls :meth:`feed`, the supervisor loop :meth:`tail`.
+    """
 
     def __init__(self, tail_lines: int = TAIL_LINES) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -162,30 +166,32 @@ class TerminalLines:
         self._finished: Deque[str] = collections.deque(maxlen=max(1, tail_lines))
         self._states: List[str] = []
         self._work_left = 0
+        self._lock = threading.Lock()
 
     def feed(self, data: bytes) -> List[str]:
         """The display states this chunk completed, in order: each line ended by ``\\n``, each state a redraw
         replaced, and the unfinished line as it stands at the chunk's end (when it changed), so a bar that stops
         at step k is read at k. Each state is reported once; trailing blanks are stripped; empty ones are left out.
         """
-        text = self._pending + self._decoder.decode(bytes(data))
-        self._pending = ""
-        opened = _OPEN_ESCAPE.search(text, max(0, len(text) - MAX_ESCAPE_CHARS))
-        if opened is not None:
-            # An escape open for longer than the cap falls out of the searched window: its ESC is then read as a
-            # lone control character (nothing shown) and what follows it as text.
-            text, self._pending = text[: opened.start()], text[opened.start() :]
-        self._work_left = REDRAW_WORK_PER_CHAR * len(text) + MAX_LINE_CHARS
-        for token in _TOKEN.finditer(text):
-            self._take(token)
-        self._report(redraw=False)
-        states, self._states = self._states, []
+        with self._lock:
+            text = self._pending + self._decoder.decode(bytes(data))
+            self._pending = ""
+            opened = _OPEN_ESCAPE.search(text, max(0, len(text) - MAX_ESCAPE_CHARS))
+            if opened is not None:
+                # An escape open for longer than the cap falls out of the searched window: its ESC is then read as
+                # a lone control character (nothing shown) and what follows it as text.
+                text, self._pending = text[: opened.start()], text[opened.start() :]
+            self._work_left = REDRAW_WORK_PER_CHAR * len(text) + MAX_LINE_CHARS
+            for token in _TOKEN.finditer(text):
+                self._take(token)
+            self._report(redraw=False)
+            states, self._states = self._states, []
         return states
 
     def tail(self, count: int) -> List[str]:
         """The last ``count`` non-blank display lines, the unfinished one (a bar's last state) included."""
-        current = self._text()
-        lines = [line for line in list(self._finished) + [current] if line.strip()]
+        with self._lock:
+            lines = [line for line in list(self._finished) + [self._text()] if line.strip()]
         return lines[-count:] if count > 0 else []
 
     def _take(self, token: re.Match[str]) -> None:
