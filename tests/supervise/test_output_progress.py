@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 import pytest
 
 from trainbox import errors
-from trainbox.restart import position
+from trainbox.supervise.policy import position
 from trainbox.supervise.output_progress import (
     HOW_TO_GIVE_PROGRESS,
     MAX_TRACKS,
