@@ -1,7 +1,8 @@
 """A real tqdm loop on a real pty, read live as the supervisor will: its counter advances; hung, it does not.
 
-The loop is tests/fixtures/output/programs/tqdm_loop.py (no beat(), nothing of trainbox); the reader is the
-one the supervisor's output thread runs: os.read on the master, TerminalLines, OutputProgress.
+The loop is tests/fixtures/output/programs/tqdm_loop.py (no beat(), nothing of trainbox; hung by trainbox.faults'
+``output`` site through tests/fixtures/uninstrumented); the reader is the one the supervisor's output thread runs:
+os.read on the master, TerminalLines, OutputProgress.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from trainbox.supervise.terminal import TerminalLines, open_pty
 
 pytest.importorskip("tqdm")
 
-LOOP = Path(__file__).resolve().parent.parent / "fixtures" / "output" / "programs" / "tqdm_loop.py"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+LOOP = FIXTURES / "output" / "programs" / "tqdm_loop.py"
 #: How long the hung loop is watched after it stops: 25 of its chatter lines, 100 of its steps had it gone on.
 HUNG_WATCH_S = 2.5
 
@@ -30,12 +32,13 @@ HUNG_WATCH_S = 2.5
 class LiveChild:
     """A child on a pty, its output read as it comes: every display state and every beat, with when it was read."""
 
-    def __init__(self, argv: List[str]) -> None:
+    def __init__(self, argv: List[str], fault: str = "") -> None:
         pair = open_pty()
         if pair is None:
             pytest.fail("no pseudo-terminal on this machine")
         self.master, slave = pair
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TRAIN_FAULT=fault, TRAIN_ATTEMPT="0")
+        env["PYTHONPATH"] = os.pathsep.join([str(FIXTURES / "uninstrumented"), env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
@@ -78,8 +81,8 @@ class LiveChild:
 def live() -> Iterator[Callable[..., LiveChild]]:
     children: List[LiveChild] = []
 
-    def start(*args: str) -> LiveChild:
-        children.append(LiveChild([sys.executable, str(LOOP), *args]))
+    def start(*args: str, fault: str = "") -> LiveChild:
+        children.append(LiveChild([sys.executable, str(LOOP), *args], fault))
         return children[-1]
 
     yield start
@@ -99,7 +102,8 @@ def test_a_tqdm_loop_is_read_advancing_as_it_runs(live: Callable[..., LiveChild]
 
 
 def test_the_same_loop_hung_while_a_thread_chatters_makes_no_progress(live: Callable[..., LiveChild]) -> None:
-    child = live("--epochs", "1", "--steps", "100", "--delay", "0.02", "--hang-at", "10", "--chatter", "0.1")
+    # Each draw starts with \r: 11 line ends written once step 10 is drawn, so the next draw hangs (stuck at 10).
+    child = live("--epochs", "1", "--steps", "100", "--delay", "0.02", "--chatter", "0.1", fault="sleep@output,lines>=11")
     reached = child.read(60, until=lambda: any(beat.get("batch") == 10 for _, beat in child.beats))
     assert not reached and child.beats[-1][1]["batch"] == 10
     stopped_at = time.monotonic()
@@ -109,6 +113,5 @@ def test_the_same_loop_hung_while_a_thread_chatters_makes_no_progress(live: Call
     assert [beat for at, beat in child.beats if at > stopped_at] == []  # ... and that is not progress
     beat, _ = child.progress.latest()
     assert beat == {"phase": "train", "epoch": 0, "batch": 10, "batches": 100, "pattern": "tqdm"}
-    # the output tail shows the stuck bar (tqdm.write erases it for each chatter line and redraws it just after)
-    child.read(1.0, until=lambda: "10/100" in "".join(child.lines.tail(1)))
-    assert "10/100" in child.lines.tail(1)[0] and "GPU memory 5.1 GB" in child.lines.tail(2)[0]
+    # the output tail shows the stuck bar, the first chatter line written after it on its line, then the chatter
+    assert any("10/100" in line for line in child.lines.tail(40)) and child.lines.tail(1) == ["GPU memory 5.1 GB"]

@@ -11,7 +11,6 @@ from typing import Any, Dict, List
 import pytest
 
 from trainbox import errors
-from trainbox.supervise.policy import position
 from trainbox.supervise.output_progress import (
     HOW_TO_GIVE_PROGRESS,
     MAX_TRACKS,
@@ -23,6 +22,7 @@ from trainbox.supervise.output_progress import (
     user_pattern,
     with_user_patterns,
 )
+from trainbox.supervise.policy import position
 from trainbox.supervise.terminal import TerminalLines
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "output"

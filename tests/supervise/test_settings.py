@@ -28,8 +28,9 @@ from trainbox.supervise.settings import (
 )
 from trainbox.yolo.profiles import Profile, default_profiles_dir
 
-#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints).
-NOT_SETTINGS = {"-h", "--help", "--run-dir", "--quiet"}
+#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints, and
+#: which rungs it runs: a profile ladder or a ladder file).
+NOT_SETTINGS = {"-h", "--help", "--run-dir", "--quiet", "--profile", "--profiles-dir", "--ladder"}
 
 
 def options(command: str) -> Dict[str, argparse.Action]:
@@ -41,12 +42,13 @@ def options(command: str) -> Dict[str, argparse.Action]:
 @pytest.mark.parametrize("command", ["supervise", "run"])
 def test_cli_options_are_the_table(command: str) -> None:
     found = options(command)
-    extra = {flag for flag in found if flag not in NOT_SETTINGS and flag not in {"--profile", "--profiles-dir"}}
+    extra = {flag for flag in found if flag not in NOT_SETTINGS}
     assert extra == {s.flag for s in SETTINGS}, "an option that is not in SETTINGS, or a setting without an option"
     for setting in SETTINGS:
         action = found[setting.flag]
         profile_supplies = command == "run" and setting.profile_supplies
-        assert action.default == (None if profile_supplies else setting.default), setting.flag
+        unset = profile_supplies or setting.text_problem is not None  # a repeatable option collects from None
+        assert action.default == (None if unset else setting.default), setting.flag
         assert action.help and action.help.startswith(setting.help), setting.flag
         assert action.help.endswith("(default: the profile's)" if profile_supplies else f"(default: {setting.default_text})")
         assert action.dest == setting.dest
@@ -125,6 +127,9 @@ def cli(args: List[str], tmp_path: Path) -> subprocess.CompletedProcess:
         (["--idle-timeout", "-1"], "argument --idle-timeout: must be a finite number >= 0, got -1"),
         (["--compile-cap", "inf"], "argument --compile-cap: must be a finite number >= 0, got inf"),
         (["--on-stall", "ignore"], "argument --on-stall: must be one of restart, report, got 'ignore'"),
+        (["--progress-pattern", "step (\\d+"], "argument --progress-pattern: 'step (\\\\d+': not a regular expression"),
+        (["--progress-pattern", "img (?P<n>\\d+)"], "--progress-pattern: 'img (?P<n>\\\\d+)': unknown group 'n'"),
+        (["--progress-pattern", "(?P<step>\\d*)"], "it matches an empty line"),
     ],
 )
 def test_bad_values_are_one_line_and_exit_2_through_the_cli(args: List[str], says: str, tmp_path: Path) -> None:
@@ -133,6 +138,16 @@ def test_bad_values_are_one_line_and_exit_2_through_the_cli(args: List[str], say
     assert done.stderr.splitlines() == [done.stderr.strip()], "one line, no traceback"
     assert done.stderr.startswith("trainbox: error: ") and says in done.stderr, done.stderr
     assert not (tmp_path / "run").exists(), "nothing may start on a bad value"
+
+
+def test_progress_patterns_are_repeated_and_kept_in_order() -> None:
+    args = build_parser().parse_args(
+        ["supervise", "--progress-pattern", r"a (?P<step>\d+)", "--progress-pattern", r"b (?P<epoch>\d+)"]
+    )
+    assert SupervisorSettings.from_arguments(args).progress_patterns == (r"a (?P<step>\d+)", r"b (?P<epoch>\d+)")
+    assert SupervisorSettings.from_arguments(build_parser().parse_args(["supervise"])).progress_patterns == ()
+    with pytest.raises(ValueError, match="--progress-pattern 'x': no counter in it"):
+        SupervisorSettings(progress_patterns=("x",))
 
 
 def test_run_refuses_bad_values_before_loading_anything(tmp_path: Path) -> None:

@@ -366,12 +366,13 @@ PATTERNS: Tuple[LinePattern, ...] = (
     ),
 )
 
-#: One line for the supervisor's start-up and give-up messages when no counter has been recognised.
+#: The sentence the supervisor's start-up notice and give-up messages end with when an attempt showed neither
+#: beats nor a counter.
 HOW_TO_GIVE_PROGRESS = (
-    "no progress counter recognised in the output (trainbox reads tqdm, rich, Ultralytics, Lightning, Hugging Face, "
-    "Keras and pytorch/examples bars, and 'step N', 'iter N', 'global_step N' lines); print one, pass "
-    "--progress-pattern REGEX with a (?P<step>...), (?P<batch>...) or (?P<epoch>...) group, or call "
-    "trainbox.heartbeat.beat()"
+    "To give progress, print a counter trainbox reads (tqdm, rich, Ultralytics, Lightning, Hugging Face, Keras or "
+    "pytorch/examples bars; 'step N', 'iter N', 'global_step N' lines), pass --progress-pattern REGEX with a "
+    "(?P<step>...), (?P<batch>...) or (?P<epoch>...) group, or call trainbox.heartbeat.beat() "
+    "(README: 'Your own training script')."
 )
 
 
@@ -397,23 +398,35 @@ def read(line: str, patterns: Sequence[LinePattern] = PATTERNS) -> Optional[Read
 # -- a user's pattern -------------------------------------------------------------------------------------------
 
 
-def user_pattern(text: str) -> LinePattern:
-    """``--progress-pattern REGEX``, checked: named groups ``step``, ``batch`` or ``epoch`` (optional ``total``,
-    ``phase``), nothing else, and a regex that cannot match an empty line. Raises ProgressPatternError."""
-    where = f"--progress-pattern {text!r}"
+#: The option that adds a user's pattern (its Setting is in :mod:`trainbox.supervise.settings`, named by this).
+PATTERN_FLAG = "--progress-pattern"
+
+
+def pattern_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be a ``--progress-pattern`` (one phrase, starting with the pattern), None when it can:
+    named groups ``step``, ``batch`` or ``epoch`` (optional ``total``, ``phase``), nothing else, and a regex that
+    cannot match an empty line."""
     try:
         regex = re.compile(text)
     except (re.error, RecursionError, OverflowError) as exc:
-        raise ProgressPatternError(f"{where}: not a regular expression ({exc})") from None
+        return f"{text!r}: not a regular expression ({exc})"
     unknown = sorted(set(regex.groupindex) - set(USER_GROUPS))
     if unknown:
-        raise ProgressPatternError(f"{where}: unknown group {unknown[0]!r} (the names are {', '.join(USER_GROUPS)})")
+        return f"{text!r}: unknown group {unknown[0]!r} (the names are {', '.join(USER_GROUPS)})"
     if not set(regex.groupindex) & set(COUNTER_GROUPS):
         example = "(?P<step>\\d+), (?P<batch>\\d+) or (?P<epoch>\\d+)"
-        raise ProgressPatternError(f"{where}: no counter in it; name one, e.g. {example}")
+        return f"{text!r}: no counter in it; name one, e.g. {example}"
     if regex.search("") is not None:
-        raise ProgressPatternError(f"{where}: it matches an empty line, so it cannot tell a counter from any output")
-    return LinePattern("user", regex, _user_reading, "your --progress-pattern", text, screened=False)
+        return f"{text!r}: it matches an empty line, so it cannot tell a counter from any output"
+    return None
+
+
+def user_pattern(text: str) -> LinePattern:
+    """``--progress-pattern REGEX`` as a pattern to read lines with; ProgressPatternError when it cannot be one."""
+    problem = pattern_problem(text)
+    if problem is not None:
+        raise ProgressPatternError(f"{PATTERN_FLAG} {problem}")
+    return LinePattern("user", re.compile(text), _user_reading, "your --progress-pattern", text, screened=False)
 
 
 def _user_reading(match: re.Match[str]) -> Optional[Reading]:

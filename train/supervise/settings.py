@@ -7,7 +7,9 @@ and ``Launch`` checks its two budgets with the same rules. A bad value is an
 error that names the flag, never quietly adjusted: nan and inf are refused
 everywhere (no budget, delay or count is infinite), and each setting says its
 own lower bound. A setting may be a choice of words instead of a number
-(``--on-stall restart|report``): then ``choices`` lists them.
+(``--on-stall restart|report``): then ``choices`` lists them; or text, given
+any number of times (``--progress-pattern REGEX``): then ``text_problem``
+checks each value and the setting holds them all, in order.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple, Union
+from typing import Callable, Iterator, Optional, Tuple, Union
+
+from trainbox.supervise.output_progress import PATTERN_FLAG, pattern_problem
 
 Number = Union[int, float]
-#: What a setting holds: a number, or one of its ``choices``.
-Value = Union[int, float, str]
+#: What a setting holds: a number, one of its ``choices``, or every text given for a repeatable one.
+Value = Union[int, float, str, Tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class Setting:
     profile_supplies: bool = False
     #: The words accepted, for a choice rather than a number (the first is not implied: ``default`` is).
     choices: Tuple[str, ...] = ()
+    #: For a text setting, given any number of times: why one value is refused (one phrase), None when accepted.
+    text_problem: Optional[Callable[[str], Optional[str]]] = None
 
     @property
     def dest(self) -> str:
@@ -47,6 +53,8 @@ class Setting:
 
     @property
     def rule(self) -> str:
+        if self.text_problem is not None:
+            return "any number of times"
         if self.choices:
             return "one of " + ", ".join(self.choices)
         return f"{'>' if self.above else '>='} {self.minimum:g}"
@@ -54,17 +62,23 @@ class Setting:
     @property
     def number(self) -> Number:
         """The default of a number setting, typed as one (a choice has none)."""
-        if isinstance(self.default, str):
-            raise TypeError(f"{self.flag} is a choice, not a number")
+        if isinstance(self.default, (str, tuple)):
+            raise TypeError(f"{self.flag} is a choice or a text, not a number")
         return self.default
 
     @property
     def default_text(self) -> str:
         """The default as ``--help`` shows it."""
+        if isinstance(self.default, tuple):
+            return ", ".join(self.default) or "none"
         return self.default if isinstance(self.default, str) else f"{self.default:g}"
 
     def problem(self, value: object) -> Optional[str]:
         """Why ``value`` is refused (one phrase), or None when it is acceptable."""
+        if self.text_problem is not None:
+            if not isinstance(value, tuple) or not all(isinstance(text, str) for text in value):
+                return f"must be texts, got {value!r}"
+            return next(filter(None, map(self.text_problem, value)), None)
         if self.choices:
             return None if value in self.choices else f"must be {self.rule}, got {value!r}"
         kinds = (int,) if self.whole else (int, float)
@@ -84,6 +98,11 @@ class Setting:
 
     def from_text(self, text: str) -> Value:
         """argparse's ``type``: the parsed, checked value (argparse names the flag in its error)."""
+        if self.text_problem is not None:
+            problem = self.text_problem(text)
+            if problem:
+                raise argparse.ArgumentTypeError(problem)
+            return text
         if self.choices:
             if text not in self.choices:
                 raise argparse.ArgumentTypeError(f"must be {self.rule}, got {text!r}")
@@ -101,12 +120,21 @@ class Setting:
         """Add the option; with ``profile_defaults``, one the profile supplies is unset by default."""
         unset = profile_defaults and self.profile_supplies
         default_text = "the profile's" if unset else self.default_text
+        if self.text_problem is not None:  # repeatable: argparse collects a list, SupervisorSettings a tuple
+            parser.add_argument(self.flag, type=self.from_text, action="append", help=f"{self.help} (default: {default_text})")
+            return
         parser.add_argument(
             self.flag,
             type=self.from_text,
             default=None if unset else self.default,
             help=f"{self.help} (default: {default_text})",
         )
+
+    def from_parsed(self, value: object) -> object:
+        """The value ``add_to``'s option parsed into, as the settings hold it (a repeatable one as a tuple)."""
+        if self.text_problem is not None:
+            return tuple(value or ())  # type: ignore[call-overload]
+        return value
 
 
 STARTUP_TIMEOUT = Setting(
@@ -151,6 +179,14 @@ COMPILE_CAP = Setting(
     0,
     profile_supplies=True,
 )
+PROGRESS_PATTERN = Setting(
+    "progress_patterns",
+    PATTERN_FLAG,
+    (),
+    "REGEX: a progress line of your own, read before the built-in ones while the child does not beat; named "
+    "groups step, batch or epoch (the counter), total and phase optional; repeat for more",
+    text_problem=pattern_problem,
+)
 ON_STALL = Setting(
     "on_stall",
     "--on-stall",
@@ -174,6 +210,7 @@ SETTINGS = (
     IDLE_TIMEOUT,
     COMPILE_CAP,
     ON_STALL,
+    PROGRESS_PATTERN,
 )
 #: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
 LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
@@ -201,6 +238,7 @@ class SupervisorSettings:
     learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
     on_stall: str = str(ON_STALL.default)
     hung_after_s: float = HUNG_AFTER.number
+    progress_patterns: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():
@@ -214,4 +252,4 @@ class SupervisorSettings:
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> SupervisorSettings:
         """From parsed options (``add_arguments``); ValueError for a combination that does not hold."""
-        return cls(**{s.field: getattr(args, s.dest) for s in supervisor_settings()})
+        return cls(**{s.field: s.from_parsed(getattr(args, s.dest)) for s in supervisor_settings()})
