@@ -18,6 +18,8 @@ from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.rundir import exit_record
 from trainbox.rundir.layout import RunDir
+from trainbox.supervise import command_ladder
+from trainbox.supervise.command_ladder import CommandLadder
 from trainbox.supervise.planner import Launch, Planner
 from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, SupervisorSettings
 from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
@@ -61,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     supervise = sub.add_parser("supervise", help="supervise any command: python -m trainbox supervise [options] -- CMD ...")
     _add_supervisor_options(supervise, budgets_from_profile=False)
+    supervise.add_argument(
+        "--ladder",
+        type=Path,
+        metavar="FILE",
+        help="YAML rungs from fast to careful ({name, args, env}): each attempt appends its rung's args to CMD and "
+        "adds its env; a stall steps down by its cause (README: 'A ladder for any command')",
+    )
 
     run = sub.add_parser("run", help="supervised Ultralytics training with a profile")
     run.add_argument("--profile", required=True, help="profile name from env/profiles (safe, balanced, fast, ...)")
@@ -132,7 +141,8 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
-    return Supervisor(_spec(args, Planner(launch))).run()
+    planner = CommandLadder(launch, command_ladder.load(args.ladder)) if args.ladder else Planner(launch)
+    return Supervisor(_spec(args, planner)).run()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -25,8 +25,10 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import InvalidTransition, State
 from trainbox.supervise import record as record_module
 from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.command_ladder import CommandLadder, Rung
+from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.planner import Launch, Planner
-from trainbox.supervise.policy import Outcome, OutcomeKind
+from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
@@ -81,6 +83,22 @@ def stalls(at: str = "phase train, step 4", cause: str = "loader_deadlock") -> S
     return step
 
 
+def stalls_showing_nothing(output_works: bool) -> Step:
+    """A stall before any beat or counter; ``output_works``: its output was still coming (a command that ran)."""
+
+    def step(record: Record, number: int, launch: Launch) -> Outcome:
+        outcome = Outcome(OutcomeKind.STALLED, output_works=output_works)
+        record.count(outcome)
+        record.set_state(State.STALLED)
+        record.emit("stall", number, action="restart", cause="idle", at=None)
+        outcome.detail.update(budget="startup", budget_s=10.0, silent_s=10.5, phase=None, incident=None)
+        outcome.detail.update(cause="idle", evidence=["scripted"], at=None, rule="budget")
+        outcome.detail.update(progress_source="none", last_output=["loading shard 3 of 9"] if output_works else [])
+        return outcome
+
+    return step
+
+
 def disk_full(record: Record, number: int, launch: Launch) -> Outcome:
     raise DiskFull.writing(record.run_dir.events, OSError(28, "No space left on device"))
 
@@ -101,10 +119,12 @@ class Run:
         steps: List[Step],
         settings: SupervisorSettings = FAST,
         on_publish: Optional[Callable[[RunDir], None]] = None,
+        rungs: Sequence[Rung] = (),
     ) -> None:
         self.ended: List[RunDir] = []
         launch = Launch(argv=["train.py"], startup_timeout=10.0, stall_timeout=5.0)
-        spec = SupervisorSpec(tmp_path, Planner(launch), settings, echo=False, on_end=self.ended.append, on_publish=on_publish)
+        planner = CommandLadder(launch, rungs) if rungs else Planner(launch)
+        spec = SupervisorSpec(tmp_path, planner, settings, echo=False, on_end=self.ended.append, on_publish=on_publish)
         self.script: Script
         self.supervisor = Supervisor(spec, attempts=self._script(steps))
         self.run_dir = self.supervisor.run_dir
@@ -166,6 +186,43 @@ def test_two_attempts_without_a_beat_are_a_configuration_error(tmp_path: Path) -
     assert run() == ExitCode.MISCONFIGURED
     assert run.one("give_up")["reason"] == "misconfigured" and run.one("exit")["reason"] == "misconfigured"
     assert run.state()["state"] == "misconfigured"
+
+
+def test_two_attempts_that_ran_without_readable_progress_are_not_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = Run(tmp_path, [stalls_showing_nothing(output_works=True)] * 2 + [exits(0)])
+    assert run() == ExitCode.GAVE_UP
+    assert run.one("give_up")["reason"] == NO_PROGRESS_READ and run.state()["state"] == "gave_up"
+    said = capsys.readouterr().err
+    assert "configuration error" not in said and HOW_TO_GIVE_PROGRESS in said and "loading shard 3 of 9" in said
+    assert len(run.script.steps) == 1, "not restarted again: every attempt would be stopped the same way"
+
+
+def test_two_silent_startups_are_a_configuration_error_and_told_how_to_give_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = Run(tmp_path, [stalls_showing_nothing(output_works=False)] * 2)
+    assert run() == ExitCode.MISCONFIGURED
+    said = capsys.readouterr().err
+    assert "configuration error" in said and HOW_TO_GIVE_PROGRESS in said and "(no output)" in said
+
+
+def test_a_ladder_file_steps_the_command_down_after_a_stall(tmp_path: Path) -> None:
+    rungs = [Rung(name="fast", args=["--workers", "4"]), Rung(name="careful", args=["--workers", "0"], env={"X": "1"})]
+    steps = [stalls(f"phase train, step 4, profile {rung}", "loader_deadlock") for rung in ("fast", "careful")]
+    run = Run(tmp_path, [*steps, exits(0)], rungs=rungs)
+    assert run() == ExitCode.OK, "the same place on another rung is another try"
+    assert [(launch.profile, list(launch.argv)) for launch in run.script.launches] == [
+        ("fast", ["train.py", "--workers", "4"]),
+        ("careful", ["train.py", "--workers", "0"]),
+        ("careful", ["train.py", "--workers", "0"]),
+    ]
+    starts = [record["profile"] for record in run.events if record["event"] == "start"]
+    restarts = [(r["previous_profile"], r["profile"], r["reason"]) for r in run.events if r["event"] == "restart"]
+    assert starts == ["fast", "careful", "careful"]
+    assert restarts[0] == ("fast", "careful", "loader_deadlock: down the ladder to careful")
+    assert restarts[1][2] == "loader_deadlock: careful again: no rung left below it"
 
 
 def test_the_restart_budget_is_kept(tmp_path: Path) -> None:

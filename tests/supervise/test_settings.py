@@ -23,6 +23,7 @@ from trainbox.supervise.settings import (
     NOTIFY,
     NOTIFY_ON,
     ON_STALL,
+    PROGRESS_PATTERN,
     SETTINGS,
     STARTUP_TIMEOUT,
     Setting,
@@ -31,8 +32,9 @@ from trainbox.supervise.settings import (
 )
 from trainbox.yolo.profiles import Profile, default_profiles_dir
 
-#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints).
-NOT_SETTINGS = {"-h", "--help", "--run-dir", "--quiet"}
+#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints, and
+#: which rungs it runs: a profile ladder or a ladder file).
+NOT_SETTINGS = {"-h", "--help", "--run-dir", "--quiet", "--profile", "--profiles-dir", "--ladder"}
 
 
 def options(command: str) -> Dict[str, argparse.Action]:
@@ -44,12 +46,13 @@ def options(command: str) -> Dict[str, argparse.Action]:
 @pytest.mark.parametrize("command", ["supervise", "run"])
 def test_cli_options_are_the_table(command: str) -> None:
     found = options(command)
-    extra = {flag for flag in found if flag not in NOT_SETTINGS and flag not in {"--profile", "--profiles-dir"}}
+    extra = {flag for flag in found if flag not in NOT_SETTINGS}
     assert extra == {s.flag for s in SETTINGS}, "an option that is not in SETTINGS, or a setting without an option"
     for setting in SETTINGS:
         action = found[setting.flag]
         profile_supplies = command == "run" and setting.profile_supplies
-        assert action.default == (None if profile_supplies else setting.default), setting.flag
+        unset = profile_supplies or setting.repeatable  # a repeatable option collects from None
+        assert action.default == (None if unset else setting.default), setting.flag
         assert action.help and action.help.startswith(setting.help), setting.flag
         assert action.help.endswith("(default: the profile's)" if profile_supplies else f"(default: {setting.default_text})")
         assert action.dest == setting.dest
@@ -86,12 +89,13 @@ def test_a_choice_takes_its_words_and_nothing_else() -> None:
 
 
 NUMBERS = [s for s in supervisor_settings() if not s.choices and s.parse is None]
-TEXTS = (NOTIFY, NOTIFY_ON, METRICS_TEXTFILE)
+TEXTS = (NOTIFY, NOTIFY_ON, METRICS_TEXTFILE, PROGRESS_PATTERN)
 
 
 def test_every_setting_is_a_number_a_choice_or_text() -> None:
     assert set(SETTINGS) == set(NUMBERS) | set(LAUNCH_SETTINGS) | {ON_STALL} | set(TEXTS)
-    assert all(s.parse is not None and s.env and s.metavar for s in TEXTS)
+    assert all(s.parse is not None and s.metavar for s in TEXTS)
+    assert all(s.env for s in TEXTS if not s.repeatable), "compose and health get a single text from the environment"
 
 
 @pytest.mark.parametrize("setting", NUMBERS, ids=lambda s: s.flag)
@@ -189,6 +193,9 @@ def cli(args: List[str], tmp_path: Path) -> subprocess.CompletedProcess:
         (["--notify-on", "give_up,exti"], "argument --notify-on: 'give_up,exti': unknown event 'exti'; choose from stall,"),
         (["--notify", "notify.sh 'topic"], 'argument --notify: "notify.sh \'topic": No closing quotation'),
         (["--metrics-textfile", "m.txt"], "argument --metrics-textfile: 'm.txt': node_exporter's textfile collector reads only"),
+        (["--progress-pattern", "step (\\d+"], "argument --progress-pattern: 'step (\\\\d+': not a regular expression"),
+        (["--progress-pattern", "img (?P<n>\\d+)"], "--progress-pattern: 'img (?P<n>\\\\d+)': unknown group 'n'"),
+        (["--progress-pattern", "(?P<step>\\d*)"], "it matches an empty line"),
     ],
 )
 def test_bad_values_are_one_line_and_exit_2_through_the_cli(args: List[str], says: str, tmp_path: Path) -> None:
@@ -211,6 +218,16 @@ def test_a_bad_value_from_the_environment_is_one_line_naming_the_flag(tmp_path: 
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "argument --notify-on: 'giveup': unknown event 'giveup'" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_progress_patterns_are_repeated_and_kept_in_order() -> None:
+    args = build_parser().parse_args(
+        ["supervise", "--progress-pattern", r"a (?P<step>\d+)", "--progress-pattern", r"b (?P<epoch>\d+)"]
+    )
+    assert SupervisorSettings.from_arguments(args).progress_patterns == (r"a (?P<step>\d+)", r"b (?P<epoch>\d+)")
+    assert SupervisorSettings.from_arguments(build_parser().parse_args(["supervise"])).progress_patterns == ()
+    with pytest.raises(ValueError, match="--progress-pattern 'x': no counter in it"):
+        SupervisorSettings(progress_patterns=("x",))
 
 
 def test_run_refuses_bad_values_before_loading_anything(tmp_path: Path) -> None:

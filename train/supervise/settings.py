@@ -12,6 +12,8 @@ own lower bound. A setting may be a choice of words instead of a number
 PATH``); such a setting may also come from an environment variable (``env``),
 used when the flag is not given: that is how compose and the containers'
 health check get it (compose.yaml passes ``TRAINBOX_NOTIFY`` and the others on).
+A text setting may be ``repeatable`` (``--progress-pattern REGEX``, given any
+number of times): then it holds every value given, in order, each one checked.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 from trainbox.supervise import notify
+from trainbox.supervise.output_progress import PATTERN_FLAG, pattern_problem
 
 Number = Union[int, float]
-#: What a setting holds: a number, or one of its ``choices``.
-Value = Union[int, float, str]
+#: What a setting holds: a number, one of its ``choices``, a text, or every text given for a repeatable one.
+Value = Union[int, float, str, Tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Setting:
     env: str = ""
     #: How ``--help`` names the value (argparse's default, the flag in capitals, when None).
     metavar: Optional[str] = None
+    #: For text: given any number of times; the setting holds every value, in order (a tuple).
+    repeatable: bool = False
 
     @property
     def dest(self) -> str:
@@ -61,7 +66,7 @@ class Setting:
     @property
     def rule(self) -> str:
         if self.parse is not None:
-            return "text"
+            return "text, any number of times" if self.repeatable else "text"
         if self.choices:
             return "one of " + ", ".join(self.choices)
         return f"{'>' if self.above else '>='} {self.minimum:g}"
@@ -69,8 +74,8 @@ class Setting:
     @property
     def number(self) -> Number:
         """The default of a number setting, typed as one (a choice has none)."""
-        if isinstance(self.default, str):
-            raise TypeError(f"{self.flag} is a choice, not a number")
+        if isinstance(self.default, (str, tuple)):
+            raise TypeError(f"{self.flag} is a choice or a text, not a number")
         return self.default
 
     @property
@@ -78,6 +83,8 @@ class Setting:
         """The default as ``--help`` shows it."""
         if self.env:
             return f"${self.env}, else {self.default or 'none'}"
+        if isinstance(self.default, tuple):
+            return ", ".join(self.default) or "none"
         return self.default if isinstance(self.default, str) else f"{self.default:g}"
 
     @property
@@ -87,14 +94,12 @@ class Setting:
 
     def problem(self, value: object) -> Optional[str]:
         """Why ``value`` is refused (one phrase), or None when it is acceptable."""
+        if self.parse is not None and self.repeatable:
+            if not isinstance(value, tuple) or not all(isinstance(text, str) for text in value):
+                return f"must be texts, got {value!r}"
+            return next(filter(None, map(self._text_problem, value)), None)
         if self.parse is not None:
-            if not isinstance(value, str):
-                return f"must be text, got {value!r}"
-            try:
-                self.parse(value)
-            except ValueError as exc:
-                return str(exc)
-            return None
+            return self._text_problem(value) if isinstance(value, str) else f"must be text, got {value!r}"
         if self.choices:
             return None if value in self.choices else f"must be {self.rule}, got {value!r}"
         kinds = (int,) if self.whole else (int, float)
@@ -112,10 +117,18 @@ class Setting:
             raise ValueError(f"{self.flag} {problem}")
         return value
 
+    def _text_problem(self, text: str) -> Optional[str]:
+        """Why ``parse`` refuses ``text`` (one phrase), or None."""
+        try:
+            self.parse(text)  # type: ignore[misc]
+        except ValueError as exc:
+            return str(exc)
+        return None
+
     def from_text(self, text: str) -> Value:
         """argparse's ``type``: the parsed, checked value (argparse names the flag in its error)."""
         if self.parse is not None or self.choices:
-            problem = self.problem(text)
+            problem = self._text_problem(text) if self.parse is not None else self.problem(text)
             if problem:
                 raise argparse.ArgumentTypeError(problem)
             return text
@@ -132,6 +145,15 @@ class Setting:
         """Add the option; with ``profile_defaults``, one the profile supplies is unset by default."""
         unset = profile_defaults and self.profile_supplies
         default_text = "the profile's" if unset else self.default_text
+        if self.repeatable:  # argparse collects a list; the settings hold a tuple (from_parsed)
+            parser.add_argument(
+                self.flag,
+                type=self.from_text,
+                action="append",
+                metavar=self.metavar,
+                help=f"{self.help} (default: {default_text})",
+            )
+            return
         parser.add_argument(
             self.flag,
             type=self.from_text,
@@ -139,6 +161,10 @@ class Setting:
             metavar=self.metavar,
             help=f"{self.help} (default: {default_text})",
         )
+
+    def from_parsed(self, value: object) -> object:
+        """The value ``add_to``'s option parsed into, as the settings hold it (a repeatable one as a tuple)."""
+        return tuple(value or ()) if self.repeatable else value  # type: ignore[call-overload]
 
 
 STARTUP_TIMEOUT = Setting(
@@ -189,6 +215,24 @@ ON_STALL = Setting(
     "restart",
     "restart: kill the stalled tree and restart; report: write the incident and a stall event, kill nothing",
     choices=("restart", "report"),
+)
+
+
+def _pattern(text: str) -> None:
+    problem = pattern_problem(text)
+    if problem:
+        raise ValueError(problem)
+
+
+PROGRESS_PATTERN = Setting(
+    "progress_patterns",
+    PATTERN_FLAG,
+    (),
+    "a progress line of your own, read before the built-in ones while the child does not beat; named "
+    "groups step, batch or epoch (the counter), total and phase optional; repeat for more",
+    parse=_pattern,
+    metavar="REGEX",
+    repeatable=True,
 )
 
 
@@ -253,6 +297,7 @@ SETTINGS = (
     NOTIFY,
     NOTIFY_ON,
     METRICS_TEXTFILE,
+    PROGRESS_PATTERN,
 )
 #: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
 LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
@@ -283,6 +328,7 @@ class SupervisorSettings:
     notify: str = str(NOTIFY.default)
     notify_on: str = str(NOTIFY_ON.default)
     metrics_textfile: str = str(METRICS_TEXTFILE.default)
+    progress_patterns: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():
@@ -305,4 +351,4 @@ class SupervisorSettings:
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> SupervisorSettings:
         """From parsed options (``add_arguments``); ValueError for a combination that does not hold."""
-        return cls(**{s.field: getattr(args, s.dest) for s in supervisor_settings()})
+        return cls(**{s.field: s.from_parsed(getattr(args, s.dest)) for s in supervisor_settings()})

@@ -51,8 +51,10 @@ from trainbox.rundir.state import State
 from trainbox.supervise import gpu_release, notify, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.monitor import Monitor
+from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.planner import Launch, Next, Planner
-from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
+from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind, Retry, Verdict, decide
+from trainbox.supervise.progress_source import Source
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.system import proctree
@@ -177,7 +179,7 @@ class Supervisor:
                 return self._end(State.MISCONFIGURED, ExitCode.MISCONFIGURED, "misconfigured", misconfigured_line(outcome),
                                  give_up="misconfigured")  # fmt: skip
             if decision.verdict is Verdict.GAVE_UP:
-                line = self._gave_up_line(history, decision.reason)
+                line = self._gave_up_line(history, decision.reason, outcome)
                 return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
             if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(following.launch)
@@ -275,22 +277,37 @@ class Supervisor:
         counts = self.record.counters
         return f"completed after {self.attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))"
 
-    def _gave_up_line(self, history: List[str], reason: str) -> str:
+    def _gave_up_line(self, history: List[str], reason: str, last: Outcome) -> str:
         counts = self.record.counters
-        return (
+        line = (
             f"giving up after {self.attempt + 1} attempts and {counts.restarts} restart(s) "
             f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
             f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
             f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )
+        if reason == NO_PROGRESS_READ:
+            line += (
+                " Their output shows they ran, but neither beat nor printed a progress counter trainbox reads, so "
+                f"each was stopped by its budget. {HOW_TO_GIVE_PROGRESS}" + last_output(last)
+            )
+        elif last.detail.get("progress_source") == Source.NONE.value and last.kind is OutcomeKind.STALLED:
+            line += f" The last attempt showed no progress at all. {HOW_TO_GIVE_PROGRESS}"
+        return line
+
+
+def last_output(outcome: Outcome) -> str:
+    """The child's last display lines (a progress bar's last state included), indented under a message."""
+    lines = outcome.detail.get("last_output") or ["(no output)"]
+    return " The child's last output:\n    " + "\n    ".join(lines)
 
 
 def misconfigured_line(outcome: Outcome) -> str:
-    """What a run that never started is told: not a stall, a configuration error, with the child's last output."""
-    lines = outcome.detail.get("last_output") or ["(no output)"]
+    """What a run that never started is told: not a stall, a configuration error, with the child's last output
+    (and how to give progress when it was stopped for showing none)."""
+    stalled = outcome.kind is OutcomeKind.STALLED
     return (
-        "two attempts in a row ended before their first heartbeat: this is a configuration error, "
-        "not a stall; fix it and run again. The child's last output:\n    " + "\n    ".join(lines)
+        "two attempts in a row ended before their first heartbeat or progress counter: this is a configuration "
+        "error, not a stall; fix it and run again." + (f" {HOW_TO_GIVE_PROGRESS}" if stalled else "") + last_output(outcome)
     )
 
 
