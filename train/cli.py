@@ -111,11 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
+def _settings(args: argparse.Namespace) -> SupervisorSettings:
     try:
-        settings = SupervisorSettings.from_arguments(args)
+        return SupervisorSettings.from_arguments(args)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+def _spec(args: argparse.Namespace, planner: Planner, settings: SupervisorSettings) -> SupervisorSpec:
     textfile = run_metrics.Keeper(Path(settings.metrics_textfile)) if settings.metrics_textfile else None
     return SupervisorSpec(
         run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet, on_end=_refresh_report, on_publish=textfile
@@ -141,8 +144,9 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
-    planner = CommandLadder(launch, command_ladder.load(args.ladder)) if args.ladder else Planner(launch)
-    return Supervisor(_spec(args, planner)).run()
+    settings = _settings(args)
+    planner = CommandLadder(launch, command_ladder.load(args.ladder), settings) if args.ladder else Planner(launch)
+    return Supervisor(_spec(args, planner, settings)).run()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -153,8 +157,10 @@ def _run(args: argparse.Namespace) -> int:
     profile = profiles.load(args.profile, directory)
     chain = profiles.fallback_chain(profile, directory)
     validate_overrides(args.overrides)
-    ladder = ProfileLadder(chain, args.overrides, directory, {s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
-    return Supervisor(_spec(args, ladder)).run()
+    settings = _settings(args)
+    launch = {s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS}
+    ladder = ProfileLadder(chain, args.overrides, directory, launch, settings)
+    return Supervisor(_spec(args, ladder, settings)).run()
 
 
 def _demo_data(args: argparse.Namespace) -> int:

@@ -6,6 +6,11 @@ its conditions match the context the site reports::
     TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE ...][;KIND@SITE...]"
     TRAIN_FAULT="sleep@worker,attempt=0,epoch>=2"
 
+A condition ``chance=P`` fires with probability P percent at each matching call, so
+``sleep@step,chance=2`` hangs about one step in fifty: the random, intermittent hang.
+The draw is a hash of ``TRAIN_FAULT_SEED`` (default 0), the site and its context, so a
+run is repeatable: the same seed hangs at the same steps of the same attempts.
+
 ``attempt`` is always available (from ``TRAIN_ATTEMPT``), and under torchrun
 ``rank`` (from ``RANK``): ``sleep@step,rank=1`` hangs one rank. Code declares sites
 with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -43,6 +49,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from trainbox.heartbeat import ATTEMPT_ENV
 
 FAULT_ENV = "TRAIN_FAULT"
+#: Seeds the ``chance=P`` draws (see the module docstring).
+SEED_ENV = "TRAIN_FAULT_SEED"
+#: The condition that is a probability in percent, not a value of the context.
+CHANCE = "chance"
 #: How long the compile faults work before they let the child go on.
 SECONDS_ENV = "TRAIN_FAULT_SECONDS"
 
@@ -239,6 +249,10 @@ class Fault:
         if site != self.site:
             return False
         for key, op, expected in self.conditions:
+            if key == CHANCE:
+                if not _drawn(expected, site, context):
+                    return False
+                continue
             value = context.get(key)
             if value is None:
                 return False
@@ -246,6 +260,13 @@ class Fault:
             if (op == ">=" and actual < expected) or (op == "=" and actual != expected):
                 return False
         return True
+
+
+def _drawn(percent: int, site: str, context: Dict[str, object]) -> bool:
+    """True with probability ``percent`` %, the same for the same seed, site and context (a repeatable draw)."""
+    seed = os.environ.get(SEED_ENV, "0")
+    text = "|".join([seed, site, *(f"{key}={context[key]}" for key in sorted(context))])
+    return random.Random(text).random() * 100 < percent
 
 
 def parse(spec: str) -> List[Fault]:
@@ -324,6 +345,19 @@ def watch_output() -> bool:
     return True
 
 
+def _resumed(path: Optional[Path]) -> int:
+    """The step saved in checkpoint file ``path`` (0 without one)."""
+    if path is None or not path.exists():
+        return 0
+    return int(path.read_text() or 0)
+
+
+def _save(path: Path, step: int) -> None:
+    from trainbox.atomic import write_text_atomic
+
+    write_text_atomic(path, str(step), fsync=False)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
 
@@ -331,6 +365,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     that budget before step ``--slow-step`` (fault site ``slow``) and then stays
     silent for ``--slow-seconds``. ``--chatter N``
     prints N more bytes per step (a chatty trainer that fills its output pipe).
+    ``--checkpoint FILE`` makes it resumable: it starts from the step saved there,
+    saves every ``--save-every`` steps and then beats ``checkpoint_ts``; every beat
+    carries ``total_steps`` (``--steps``).
     """
     from trainbox import heartbeat
 
@@ -343,20 +380,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--slow-phase", default="slow")
     parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
     parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="resume from and save to this file")
+    parser.add_argument("--save-every", type=int, default=10, help="steps between two checkpoints")
     args = parser.parse_args(argv)
     time.sleep(args.silent_start)
     point("start")
-    for step in range(args.steps):
+    for step in range(_resumed(args.checkpoint), args.steps):
         if step == args.slow_step:
             heartbeat.beat(args.slow_phase, step=step, timeout=args.phase_timeout, force=True)
             point("slow", step=step)
             time.sleep(args.slow_seconds)
-        heartbeat.beat("train", step=step, timeout=None, force=True)
+        heartbeat.beat("train", step=step, timeout=None, force=True, total_steps=args.steps)
         print(f"step {step}", flush=True)
         if args.chatter:
             print("." * args.chatter, flush=True)
         point("step", step=step)
         time.sleep(args.interval)
+        if args.checkpoint is not None and (step + 1) % args.save_every == 0:
+            _save(args.checkpoint, step + 1)
+            heartbeat.beat("train", step=step + 1, force=True, checkpoint_ts=round(time.time(), 3))
     return 0
 
 

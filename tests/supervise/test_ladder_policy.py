@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.ladder_sim import FAST_SPEED, Scenario, SimRung, Strategy, mean_wall, scenario, simulate
-from trainbox import profiles
+from trainbox.yolo import profiles
 from trainbox.supervise.ladder_policy import (
     PRIOR_HOURS,
     PRIOR_STALLS,

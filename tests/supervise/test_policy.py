@@ -132,7 +132,7 @@ def test_zero_backoff_restarts_at_once() -> None:
 
 
 def test_outcome_kinds_are_the_words_events_jsonl_uses() -> None:
-    assert [k.value for k in OutcomeKind] == ["exited", "stalled", "stopped"]
+    assert [k.value for k in OutcomeKind] == ["exited", "stalled", "stopped", "moved"]
     assert crash(0).crashed and not completed().crashed and not stall(0).crashed
     assert not Outcome(OutcomeKind.EXITED).crashed, "no exit status yet is not a crash"
     assert Counters().counted(completed()) == Counters() == Counters().counted(stopped())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import dataclasses
 import math
 import subprocess
@@ -17,7 +18,9 @@ from trainbox.cli import build_parser
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.settings import (
     COMPILE_CAP,
+    DEADLINE,
     IDLE_TIMEOUT,
+    LADDER_POLICY,
     LAUNCH_SETTINGS,
     METRICS_TEXTFILE,
     NOTIFY,
@@ -89,13 +92,26 @@ def test_a_choice_takes_its_words_and_nothing_else() -> None:
 
 
 NUMBERS = [s for s in supervisor_settings() if not s.choices and s.parse is None]
-TEXTS = (NOTIFY, NOTIFY_ON, METRICS_TEXTFILE, PROGRESS_PATTERN)
+TEXTS = (NOTIFY, NOTIFY_ON, METRICS_TEXTFILE, PROGRESS_PATTERN, DEADLINE)
+#: Texts about this run, not the machine it runs on: given on the command line only.
+RUN_TEXTS = (PROGRESS_PATTERN, DEADLINE)
 
 
 def test_every_setting_is_a_number_a_choice_or_text() -> None:
-    assert set(SETTINGS) == set(NUMBERS) | set(LAUNCH_SETTINGS) | {ON_STALL} | set(TEXTS)
+    assert set(SETTINGS) == set(NUMBERS) | set(LAUNCH_SETTINGS) | {ON_STALL, LADDER_POLICY} | set(TEXTS)
     assert all(s.parse is not None and s.metavar for s in TEXTS)
-    assert all(s.env for s in TEXTS if not s.repeatable), "compose and health get a single text from the environment"
+    assert all(s.env for s in TEXTS if s not in RUN_TEXTS), "compose and health get a single text from the environment"
+
+
+def test_the_ladder_policy_and_the_deadline_are_checked() -> None:
+    assert (LADDER_POLICY.default, LADDER_POLICY.choices) == ("cost", ("cost", "down"))
+    with pytest.raises(ValueError, match="--ladder-policy must be one of cost, down, got 'up'"):
+        SupervisorSettings(ladder_policy="up")
+    with pytest.raises(ValueError, match="--deadline 'soon': use HH:MM or YYYY-MM-DDTHH:MM"):
+        SupervisorSettings(deadline="soon")
+    now = datetime.datetime(2026, 11, 21, 23, 0)
+    assert SupervisorSettings().deadline_ts(now) is None
+    assert SupervisorSettings(deadline="07:00").deadline_ts(now) == datetime.datetime(2026, 11, 22, 7, 0).timestamp()
 
 
 @pytest.mark.parametrize("setting", NUMBERS, ids=lambda s: s.flag)

@@ -23,7 +23,19 @@ from typing import Any, Dict, List, Optional
 #: supervisor_hung: ``health --act`` found the supervisor itself hung and ended it (written by the health check,
 #: :mod:`trainbox.supervise.watchdog`); notify_failed: a ``--notify`` command could not start, failed, ran out of
 #: time or an event was dropped (``kind``, ``line``), once per kind (:mod:`trainbox.supervise.notify`).
-EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung", "notify_failed")
+EVENTS = (
+    "start",
+    "device",
+    "stall",
+    "extend",
+    "crash",
+    "restart",
+    "probe",
+    "exit",
+    "give_up",
+    "supervisor_hung",
+    "notify_failed",
+)
 
 
 class Cause(str, Enum):

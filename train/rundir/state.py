@@ -24,6 +24,7 @@ class State(str, Enum):
     STARTING | RUNNING --the same, with --on-stall report--> unchanged (incident written once per silence)
     STALLED --the child exited 0 while its incident was written--> SUCCEEDED
     CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
+    RUNNING --a checkpoint, and the ladder probes another rung--> BACKOFF (tree ended; trainbox.supervise.ladder_run)
     CRASHED | STALLED --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
     STARTING --the supervisors before this one hung too often--> GAVE_UP
@@ -58,7 +59,7 @@ ANYWHERE: FrozenSet[State] = frozenset({State.DISK_FULL, State.STUCK})
 #: Every other move the supervisor may make (the class docstring draws them). Staying in a state is always allowed.
 TRANSITIONS: Mapping[State, FrozenSet[State]] = {
     State.STARTING: frozenset({State.RUNNING, State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED, State.GAVE_UP}),
-    State.RUNNING: frozenset({State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED}),
+    State.RUNNING: frozenset({State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED, State.BACKOFF}),
     State.CRASHED: frozenset({State.BACKOFF, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED}),
     State.STALLED: frozenset({State.BACKOFF, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED, State.SUCCEEDED}),
     State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),

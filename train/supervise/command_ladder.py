@@ -12,11 +12,14 @@ careful::
         env: {OMP_NUM_THREADS: "2"}
 
 Each attempt runs CMD with its rung's ``args`` appended (argparse and click take the last value of a repeated
-option, so a rung overrides what CMD says) and its ``env`` added to the child's environment. The first attempt
-takes the first rung. After a stall the retry is chosen by the stall's cause, as for ``trainbox run``'s profiles
-(:meth:`trainbox.supervise.planner.Planner.after`, :data:`trainbox.supervise.policy.RETRIES`): ``ladder`` and
-``native`` step down to the next rung (a command has no convolution backend of its own to switch, so the next
-rung is the careful one), ``same`` and ``gpu_release`` run the same rung again; on the last rung every retry
+option, so a rung overrides what CMD says) and its ``env`` added to the child's environment. A rung may say how
+fast it is against the others (``expected_speed``, default 1): the ladder policy's prior until this run has
+measured it. The first attempt takes the first rung. After a stall the retry is chosen by the stall's cause, as
+for ``trainbox run``'s profiles (:meth:`trainbox.supervise.planner.Planner.after`,
+:data:`trainbox.supervise.policy.RETRIES`): for ``ladder`` the ladder policy (:mod:`trainbox.supervise.ladder_run`,
+``--ladder-policy``) chooses the rung, the same or a safer one, and at each checkpoint it may probe a faster one
+again; ``native`` steps down to the next rung (a command has no convolution backend of its own to switch, so the
+next rung is the careful one), ``same`` and ``gpu_release`` run the same rung again; on the last rung every retry
 runs it again, and the same stall at the same place there ends the run (the repeat rule). A crash keeps the rung.
 Events name the rung where they name a profile (``start``'s and ``restart``'s ``profile``), so ``status`` and
 the report show it; the same place on another rung is another try.
@@ -30,15 +33,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trainbox.errors import UserError
 from trainbox.rundir.events import Retry
-from trainbox.supervise.planner import Launch, Next, Planner, moved_reason
+from trainbox.supervise import ladder_policy
+from trainbox.supervise.ladder_run import RungLadder, RungLedger
+from trainbox.supervise.planner import Launch, Next, moved_reason
 from trainbox.supervise.policy import CauseStreak, Outcome
+from trainbox.supervise.settings import SupervisorSettings
 
 
 class LadderError(UserError):
@@ -58,6 +64,9 @@ class Rung(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, pattern=r"^\S+$", description="the rung's name, one word")
+    expected_speed: float = Field(
+        default=1.0, gt=0, allow_inf_nan=False, description="its speed relative to the other rungs, until this run measures it"
+    )
     args: List[str] = Field(default_factory=list, description="appended to the command")
     env: Dict[str, str] = Field(default_factory=dict, description="added to the child's environment")
 
@@ -120,15 +129,17 @@ def load(path: Path) -> List[Rung]:
         raise LadderError(f"ladder {path}: its keys must be words ('rungs')") from None
 
 
-class CommandLadder(Planner):
-    """Steps a command down its rungs after stalls (see the module docstring); only :meth:`move` differs."""
+class CommandLadder(RungLadder):
+    """Moves a command between its rungs after stalls and at checkpoints (see the module docstring)."""
 
-    def __init__(self, launch: Launch, rungs: Sequence[Rung]) -> None:
+    def __init__(self, launch: Launch, rungs: Sequence[Rung], settings: Optional[SupervisorSettings] = None) -> None:
         if not rungs:
             raise ValueError("a ladder needs at least one rung")
         super().__init__(launch)
         self.rungs = list(rungs)
         self.index = 0
+        policy_rungs = [ladder_policy.Rung(rung.name, rung.expected_speed) for rung in self.rungs]
+        self.ledger = RungLedger.from_settings(policy_rungs, settings or SupervisorSettings())
 
     def current(self) -> Launch:
         rung = self.rungs[self.index]
@@ -140,9 +151,17 @@ class CommandLadder(Planner):
     def describe(self) -> str:
         return self.rungs[self.index].name
 
+    def go_to(self, rung: str) -> None:
+        index = [r.name for r in self.rungs].index(rung)
+        if index != self.index:
+            self.index, self.streak = index, CauseStreak()
+
     def move(self, retry: Retry, cause: str, outcome: Outcome) -> Next:
         before = self.describe()
+        decision = self.ladder_rung(outcome) if retry is Retry.LADDER else None
+        if decision is not None:
+            self.go_to(decision.rung)
+            return Next(self.current(), retry, self.ladder_reason(cause, decision, before))
         if retry in (Retry.LADDER, Retry.NATIVE) and self.index + 1 < len(self.rungs):
-            self.index += 1
-            self.streak = CauseStreak()
+            self.go_to(self.rungs[self.index + 1].name)
         return Next(self.current(), retry, moved_reason(cause, retry, before, self.describe()))

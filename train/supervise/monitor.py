@@ -16,7 +16,7 @@ in its place (``tests/supervise/test_loop.py``) and script whole runs in millise
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from trainbox import faults
 from trainbox.errors import say
@@ -27,7 +27,7 @@ from trainbox.supervise import ranks, stall
 from trainbox.supervise.attempt import Attempt, CannotStart
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS, with_user_patterns
-from trainbox.supervise.planner import Launch
+from trainbox.supervise.planner import Launch, Next
 from trainbox.supervise.policy import Outcome, OutcomeKind
 from trainbox.supervise.progress_source import notice_due, output_works
 from trainbox.supervise.record import Record
@@ -52,8 +52,11 @@ class Monitor:
         hangs: int = 0,
         echo: bool = True,
         foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
+        at_checkpoint: Callable[[Outcome], Optional[Next]] = lambda outcome: None,
     ) -> None:
         self.record = record
+        #: The planner's answer to a checkpoint the running attempt wrote: a launch to move to (a probe), or None.
+        self.at_checkpoint = at_checkpoint
         #: The supervisor's process groups that are not any attempt's (the notifiers in flight).
         self.foreign_groups = foreign_groups
         self.settings = settings
@@ -118,18 +121,20 @@ class Monitor:
 
     def _watch(self, attempt: Attempt) -> Outcome:
         self._started(attempt)
-        outcome = Outcome(OutcomeKind.EXITED)
+        outcome = Outcome(OutcomeKind.EXITED, started_ts=time.time())
         device_recorded = False
         while True:
             if self.stop_signal() is not None:
                 return self._stop(attempt, outcome)
             code = attempt.exit_code()
             now = time.monotonic()
-            progressed = self._progress(attempt, outcome, now)
+            progressed, saved = self._progress(attempt, outcome, now)
             if progressed and not device_recorded:
                 device_recorded = self._device(attempt, outcome.last_beat)
             if code is not None:
                 outcome.code = code
+                return outcome
+            if saved and self._moved(attempt, outcome):
                 return outcome
             lagging = attempt.progress.lagging(now)  # the job is as far as its slowest rank (or its one process)
             stalled = self._judge_silence(attempt, outcome, lagging)
@@ -166,20 +171,33 @@ class Monitor:
             f"startup budget. {HOW_TO_GIVE_PROGRESS}"
         )
 
-    def _progress(self, attempt: Attempt, outcome: Outcome, now: float) -> bool:
-        """Take in the progress made since the last look; whether there was any."""
+    def _moved(self, attempt: Attempt, outcome: Outcome) -> bool:
+        """Ask the planner about the checkpoint just written; on a probe end the tree (``OutcomeKind.MOVED``, the
+        launch to move to in ``detail["next"]``) and say True."""
+        following = self.at_checkpoint(outcome)
+        if following is None:
+            return False
+        say(f"attempt {attempt.number}: checkpoint written, moving to {following.launch.profile}: {following.reason}")
+        attempt.end_tree()
+        outcome.kind = OutcomeKind.MOVED
+        outcome.detail["next"] = following
+        return True
+
+    def _progress(self, attempt: Attempt, outcome: Outcome, now: float) -> Tuple[bool, bool]:
+        """Take in the progress made since the last look; whether there was any, and whether a beat told of a new
+        checkpoint."""
         progressed = attempt.progress.poll(now)  # beats that made progress (every rank's), or a counter that advanced
         record = progressed[-1].record if progressed else outcome.last_beat
         faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
         for progress in progressed:
             self.progress.observe(attempt.number, progress.previous, progress.silent_s, progress.budget, progress.record)
         if not progressed:
-            return False
+            return False, False
         attempt.watch.beat()
-        outcome.saw(record, time.time())
+        saved = outcome.saw(record, time.time())
         if self.record.state is State.STARTING:
             self.record.set_state(State.RUNNING, heartbeat=record)
-        return True
+        return True, saved
 
     def _device(self, attempt: Attempt, beat: Optional[Dict[str, Any]]) -> bool:
         """Record the first beat that says which device the child found (once per attempt); whether it did."""

@@ -6,13 +6,15 @@ A :class:`Launch` is one attempt's command with its budgets, checked on creation
 :meth:`Planner.move` what the retry means for the next launch. The base class repeats the same command (what
 ``trainbox supervise`` does); :class:`trainbox.yolo.ladder.ProfileLadder` overrides only the move, stepping down
 its profiles, and :class:`trainbox.supervise.command_ladder.CommandLadder` (``supervise --ladder FILE``) its
-rungs. A crash keeps the current launch: a crash is the program's own verdict, not the settings'.
+rungs; both ask :mod:`trainbox.supervise.ladder_run` (the ladder policy) which rung a ``ladder`` retry and each
+checkpoint (:meth:`Planner.at_checkpoint`: a probe back up) lead to. A crash keeps the current launch: a crash
+is the program's own verdict, not the settings'.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from trainbox.rundir.events import Retry
 from trainbox.supervise.policy import CauseStreak, Outcome, OutcomeKind, hint, retry_for
@@ -45,6 +47,8 @@ class Next:
     launch: Launch
     retry: Optional[Retry] = None
     reason: str = ""
+    #: The ladder policy's decision with its figures (the ``restart``/``probe`` events' ``ladder``), when it decided.
+    ladder: Optional[Dict[str, Any]] = None
 
 
 class Planner:
@@ -72,6 +76,11 @@ class Planner:
         cause = outcome.detail.get("cause") or "unknown"
         retry = retry_for(cause, self.streak.count(cause), self.retry_overrides())
         return self.move(retry, cause, outcome)
+
+    def at_checkpoint(self, outcome: Outcome) -> Optional[Next]:
+        """A checkpoint was just written by the running attempt ``outcome``: the launch to move to at once (a probe
+        of another rung; the supervisor ends the tree), or None to carry on. This one never moves."""
+        return None
 
     def describe(self) -> str:
         """What the current launch is called in a reason: the profile, or "the same command"."""

@@ -39,6 +39,7 @@ its ``stall_retry`` key); :class:`trainbox.yolo.ladder.ProfileLadder` carries it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -58,6 +59,7 @@ class OutcomeKind(str, Enum):
     EXITED = "exited"  # the child exited by itself, with ``Outcome.code``
     STALLED = "stalled"  # a budget ran out; the supervisor wrote an incident and killed the tree
     STOPPED = "stopped"  # the supervisor was told to stop (SIGTERM/SIGINT) and stopped the tree
+    MOVED = "moved"  # the ladder policy probed another rung at a checkpoint: the tree was ended to relaunch on it
 
 
 @dataclass
@@ -70,6 +72,14 @@ class Outcome:
     first_beat_ts: Optional[float] = None
     first_step_ts: Optional[float] = None
     last_beat: Optional[Dict[str, Any]] = None
+    #: When the attempt was launched (unix time; None when unknown): its first step minus this is a restart's cost.
+    started_ts: Optional[float] = None
+    #: The ``step`` of the first beat that had one (how far the work was when this attempt began).
+    first_step: Optional[int] = None
+    #: When the last beat that made progress was seen (unix time).
+    last_beat_ts: Optional[float] = None
+    #: The ``checkpoint_ts`` of the last beat that carried one: when this attempt last saved a checkpoint.
+    checkpoint_ts: Optional[float] = None
     #: Stalled without any progress, but its output was still coming (:func:`trainbox.supervise.progress_source.output_works`).
     output_works: bool = False
     detail: Dict[str, Any] = field(default_factory=dict)
@@ -82,14 +92,25 @@ class Outcome:
     def crashed(self) -> bool:
         return self.kind is OutcomeKind.EXITED and self.code not in (0, None)
 
-    def saw(self, beat: Optional[Dict[str, Any]], wall: float) -> None:
-        """Count one beat that made progress, seen at unix time ``wall``."""
+    def saw(self, beat: Optional[Dict[str, Any]], wall: float) -> bool:
+        """Count one beat that made progress, seen at unix time ``wall``; whether it tells of a new checkpoint
+        (its ``checkpoint_ts`` differs from the one before: the child saved one since the last look)."""
         self.beats += 1
         self.last_beat = beat
+        self.last_beat_ts = wall
         if self.first_beat_ts is None:
             self.first_beat_ts = wall
         if self.first_step_ts is None and beat and ("step" in beat or "batch" in beat):
             self.first_step_ts = wall
+            step = beat.get("step")
+            self.first_step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        saved = (beat or {}).get("checkpoint_ts")
+        if not isinstance(saved, (int, float)) or isinstance(saved, bool) or not math.isfinite(saved):
+            return False
+        if saved == self.checkpoint_ts:
+            return False
+        self.checkpoint_ts = float(saved)
+        return True
 
     def timing(self) -> Dict[str, Any]:
         """How far the attempt got: its beats and when the first beat and the first step came (events carry these)."""

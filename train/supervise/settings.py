@@ -19,6 +19,7 @@ number of times): then it holds every value given, in order, each one checked.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 import os
 from dataclasses import dataclass
@@ -279,6 +280,48 @@ METRICS_TEXTFILE = Setting(
     metavar="PATH",
 )
 
+LADDER_POLICY = Setting(
+    "ladder_policy",
+    "--ladder-policy",
+    "cost",
+    "cost: after a stall or at a checkpoint, the rung expected to finish first (stays on an intermittent hang, "
+    "probes back up); down: a stall moves one rung down for good (README: 'The rung that finishes first')",
+    choices=("cost", "down"),
+)
+
+#: What ``--deadline`` takes (``trainbox run``/``supervise``, and ``status``/``report``), for its help and its error.
+DEADLINE_FORMATS = "HH:MM or YYYY-MM-DDTHH:MM[+01:00]"
+
+
+def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
+    """ISO date-time (``2026-11-21T07:00``, with or without a UTC offset) or ``HH:MM`` (the next such time), on this
+    machine's clock; ValueError (one phrase) for anything else."""
+    try:
+        if len(text) <= 5 and ":" in text:
+            clock = datetime.datetime.strptime(text, "%H:%M").time()
+            moment = datetime.datetime.combine(now.date(), clock)
+            return moment if moment > now else moment + datetime.timedelta(days=1)
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: use {DEADLINE_FORMATS}") from None
+    # With a UTC offset (2026-11-22T07:00+01:00): the same moment on this machine's clock, which ETAs use.
+    return moment.astimezone().replace(tzinfo=None) if moment.tzinfo else moment
+
+
+def _deadline(text: str) -> None:
+    if text:  # empty: none
+        parse_deadline(text, datetime.datetime.now())
+
+
+DEADLINE = Setting(
+    "deadline",
+    "--deadline",
+    "",
+    "when the run should be done: the ladder then prefers the rung most likely to finish by then",
+    parse=_deadline,
+    metavar="WHEN",
+)
+
 #: Every supervisor setting, in the order ``--help`` lists them.
 SETTINGS = (
     STARTUP_TIMEOUT,
@@ -298,6 +341,8 @@ SETTINGS = (
     NOTIFY_ON,
     METRICS_TEXTFILE,
     PROGRESS_PATTERN,
+    LADDER_POLICY,
+    DEADLINE,
 )
 #: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
 LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
@@ -329,6 +374,8 @@ class SupervisorSettings:
     notify_on: str = str(NOTIFY_ON.default)
     metrics_textfile: str = str(METRICS_TEXTFILE.default)
     progress_patterns: Tuple[str, ...] = ()
+    ladder_policy: str = str(LADDER_POLICY.default)
+    deadline: str = str(DEADLINE.default)
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():
@@ -343,6 +390,10 @@ class SupervisorSettings:
     def notify_command(self) -> List[str]:
         """``--notify``'s words (none: no notifier)."""
         return notify.parse_command(self.notify) if self.notify else []
+
+    def deadline_ts(self, now: datetime.datetime) -> Optional[float]:
+        """``--deadline`` as a unix time (an ``HH:MM`` is the next such time after ``now``), None without one."""
+        return parse_deadline(self.deadline, now).timestamp() if self.deadline else None
 
     @property
     def notify_events(self) -> FrozenSet[str]:

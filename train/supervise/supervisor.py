@@ -152,7 +152,14 @@ class Supervisor:
         """The real attempts: child trees, watched. Orphans of those trees (``setsid`` escapees) are ours to reap."""
         proctree.become_subreaper()
         return Monitor(
-            record, self.settings, self._stop_signal_now, self.session, self.hangs, self.spec.echo, self._notifier_groups
+            record,
+            self.settings,
+            self._stop_signal_now,
+            self.session,
+            self.hangs,
+            self.spec.echo,
+            self._notifier_groups,
+            self.spec.planner.at_checkpoint,
         )
 
     def _loop(self) -> int:
@@ -165,6 +172,12 @@ class Supervisor:
             outcome = attempts.run(self.attempt, launch, policy)
             if self._stop_signal is not None and not outcome.succeeded:
                 outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
+            if outcome.kind is OutcomeKind.MOVED:  # a probe at a checkpoint: no stall, crash or restart to count
+                following = outcome.detail["next"]
+                if self._probe(self.attempt + 1, launch, following):
+                    return self._end(State.STOPPED, self._signal_code(), "stopped by signal")
+                self.attempt, launch, policy = self.attempt + 1, following.launch, self._policy(following.launch)
+                continue
             following = None if outcome.succeeded or outcome.kind is OutcomeKind.STOPPED else planner.after(outcome)
             last_rung = following is None or (following.launch.profile, following.launch.argv) == (launch.profile, launch.argv)
             decision = decide(outcome, self.record.counters, self.settings, last_rung)
@@ -201,6 +214,7 @@ class Supervisor:
             previous_profile=previous.profile,
             reason=following.reason,
             retry=following.retry.value if following.retry else None,
+            ladder=following.ladder,
             **released,
         )
         say(
@@ -211,6 +225,15 @@ class Supervisor:
         # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
         self.record.set_state(State.BACKOFF, attempt=number, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
         return self._sleep(delay)
+
+    def _probe(self, number: int, previous: Launch, following: Next) -> bool:
+        """Announce attempt ``number``, the ladder's probe from ``previous`` at a checkpoint; True when stopped."""
+        launch = following.launch
+        fields = dict(profile=launch.profile, previous_profile=previous.profile, reason=following.reason)
+        self.record.emit("probe", number, **fields, ladder=following.ladder)
+        say(f"attempt {number}: probing profile {launch.profile}: {following.reason}")
+        self.record.set_state(State.BACKOFF, attempt=number, budget=None, silent_s=None, next_attempt_ts=time.time())
+        return self._stop_signal is not None
 
     def _policy(self, launch: Launch) -> BudgetPolicy:
         return BudgetPolicy(

@@ -23,6 +23,8 @@ from trainbox.errors import UserError
 from trainbox.rundir import state as state_file
 from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
+from trainbox.supervise import settings
+from trainbox.supervise.settings import DEADLINE_FORMATS  # noqa: F401  (status' and report's --help name it)
 
 
 @dataclass
@@ -117,22 +119,12 @@ def duration(seconds: float) -> str:
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
-#: What ``--deadline`` takes, for its help and its error (``parse_deadline``).
-DEADLINE_FORMATS = "HH:MM or YYYY-MM-DDTHH:MM[+01:00]"
-
-
 def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
-    """ISO date-time (``2026-11-21T07:00``, with or without a UTC offset) or ``HH:MM`` (the next such time)."""
+    """:func:`trainbox.supervise.settings.parse_deadline` (the one rule), its error a UserError (exit 2)."""
     try:
-        if len(text) <= 5 and ":" in text:
-            clock = datetime.datetime.strptime(text, "%H:%M").time()
-            moment = datetime.datetime.combine(now.date(), clock)
-            return moment if moment > now else moment + datetime.timedelta(days=1)
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError(f"--deadline {text!r}: use {DEADLINE_FORMATS}") from None
-    # With a UTC offset (2026-11-22T07:00+01:00): the same moment on this machine's clock, which ETAs use.
-    return moment.astimezone().replace(tzinfo=None) if moment.tzinfo else moment
+        return settings.parse_deadline(text, now)
+    except ValueError as exc:
+        raise UserError(f"--deadline {exc}") from None
 
 
 def deadline_verdict(deadline: datetime.datetime, finish_ts: Optional[float], finished: bool = False) -> str:

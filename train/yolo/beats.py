@@ -16,6 +16,11 @@ the run, continuing across resumed attempts). Phases and their budgets:
   validation batch (``val_batch``);
 * ``save``, the profile's ``save_timeout``: writing checkpoints.
 
+Every beat after the training starts also carries ``total_steps`` (epochs x
+batches per epoch: the work the ladder policy weighs against), and the beat
+after a checkpoint is written ``checkpoint_ts`` (its unix time: the supervisor
+sees a new checkpoint in a new value, :mod:`trainbox.supervise.ladder_run`).
+
 Train beats add ``loss`` (the epoch's running mean of the summed loss items)
 and ``imgs_per_s`` (this epoch's average). A setup beat adds ``device`` (the
 device found and the AMP, workers and pinned-memory decisions with their
@@ -47,6 +52,7 @@ class TrainingBeats:
         self.first_batch_done = False
         self.epoch_started = time.monotonic()
         self.images = 0
+        self.total_steps: Optional[int] = None
 
     def attach(self, trainer: Any) -> None:
         """Register on ``trainer``; its validator shares the callback lists."""
@@ -57,7 +63,10 @@ class TrainingBeats:
         trainer.add_callback("on_val_batch_end", self.on_val_batch_end)
 
     def beat(self, phase: str, timeout: Optional[float], force: bool = False, **metrics: Any) -> bool:
-        return heartbeat.beat(phase, epoch=self.epoch, batch=self.batch, step=self.step, timeout=timeout, force=force, **metrics)
+        return heartbeat.beat(
+            phase, epoch=self.epoch, batch=self.batch, step=self.step, timeout=timeout, force=force,
+            total_steps=self.total_steps, **metrics,
+        )  # fmt: skip
 
     def setup(self) -> None:
         """The child's first beat: setup has started, with the startup budget."""
@@ -70,6 +79,7 @@ class TrainingBeats:
 
     def on_train_start(self, trainer: Any) -> None:
         self.step = trainer.start_epoch * len(trainer.train_loader)
+        self.total_steps = trainer.epochs * len(trainer.train_loader)
 
     def on_train_epoch_start(self, trainer: Any) -> None:
         self.epoch, self.batch, self.images = trainer.epoch + 1, 0, 0
@@ -114,4 +124,4 @@ class TrainingBeats:
         self.beat("save", self.save_timeout, force=True)
 
     def saved(self) -> None:
-        self.beat("train", None, force=True, saved_epoch=self.epoch)
+        self.beat("train", None, force=True, saved_epoch=self.epoch, checkpoint_ts=round(time.time(), 3))

@@ -4,10 +4,14 @@ Attempt 0 uses the chosen profile with the user's KEY=VALUE overrides. After a
 stall the retry is chosen by the stall's cause (:meth:`trainbox.supervise.planner.Planner.after`,
 overridable per profile with ``stall_retry``):
 
-* ``ladder`` (a deadlocked loader, an idle tree, unknown): the profile's
-  ``fallback`` (fast -> balanced -> safe); when there is none and the stall came
-  before the first training step, its ``startup_fallback`` (safe -> safe-native:
-  no vendor convolution kernels to compile);
+* ``ladder`` (a deadlocked loader, an idle tree, unknown): the ladder policy
+  (:mod:`trainbox.supervise.ladder_run`, ``--ladder-policy``) chooses among the
+  ``fallback`` chain (fast -> balanced -> safe): with ``cost`` the rung expected
+  to finish first, the current one or a safer one, and at each checkpoint it may
+  probe a faster one again; with ``down`` the profile's ``fallback``. When it
+  stays on the last rung and the stall came before the first training step, the
+  ``startup_fallback`` (safe -> safe-native: no vendor convolution kernels to
+  compile), which is not on the policy's ladder;
 * ``native`` (a compile past the cap, a GPU that keeps hanging): the first rung
   below with PyTorch's own convolutions (safe-native);
 * ``same``, ``gpu_release``: the same profile again (the supervisor waits for
@@ -21,13 +25,15 @@ other override (data, epochs, imgsz, ...) is kept.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from trainbox import module_command
 from trainbox.rundir.events import Retry
-from trainbox.supervise.planner import Launch, Next, Planner, moved_reason
+from trainbox.supervise import ladder_policy
+from trainbox.supervise.ladder_run import RungLadder, RungLedger
+from trainbox.supervise.planner import Launch, Next, moved_reason
 from trainbox.supervise.policy import CauseStreak, Outcome
-from trainbox.supervise.settings import LAUNCH_SETTINGS, STARTUP_TIMEOUT
+from trainbox.supervise.settings import LAUNCH_SETTINGS, STARTUP_TIMEOUT, SupervisorSettings
 from trainbox.yolo import warmup
 from trainbox.yolo.args import PROFILE_KEYS
 from trainbox.yolo.profiles import Profile
@@ -36,11 +42,11 @@ from trainbox.yolo.profiles import Profile
 NATIVE = "PyTorch's own convolutions in FP32, nothing to compile"
 
 
-class ProfileLadder(Planner):
-    """Steps down a chain of profiles (see the module docstring); only :meth:`move` differs from :class:`Planner`.
+class ProfileLadder(RungLadder):
+    """Moves along a chain of profiles (see the module docstring); only :meth:`move` differs from the planner's.
 
     ``launch``: the launch settings the user gave (``LAUNCH_SETTINGS``' fields, e.g. ``stall_timeout``); a
-    setting that is absent or None is the current profile's own.
+    setting that is absent or None is the current profile's own. ``settings``: ``--ladder-policy``, ``--deadline``.
     """
 
     def __init__(
@@ -49,6 +55,7 @@ class ProfileLadder(Planner):
         overrides: Sequence[str],
         profiles_dir: Path,
         launch: Optional[Mapping[str, Optional[float]]] = None,
+        settings: Optional[SupervisorSettings] = None,
     ) -> None:
         if not chain:
             raise ValueError("a profile ladder needs at least one profile")
@@ -59,6 +66,7 @@ class ProfileLadder(Planner):
         self.by_name = {p.name: p for p in self.chain}
         self.profile = self.chain[0]
         self.streak = CauseStreak()
+        self.ledger = RungLedger.from_settings(policy_rungs(self.chain), settings or SupervisorSettings())
 
     def _overrides(self) -> Sequence[str]:
         if self.profile is self.chain[0]:
@@ -91,19 +99,38 @@ class ProfileLadder(Planner):
     def retry_overrides(self) -> Optional[Mapping[str, Sequence[Retry]]]:
         return self.profile.stall_retry
 
+    def go_to(self, rung: str) -> None:
+        if rung != self.profile.name:
+            self.profile, self.streak = self.by_name[rung], CauseStreak()
+
     def move(self, retry: Retry, cause: str, outcome: Outcome) -> Next:
         before = self.profile
+        decision = self.ladder_rung(outcome) if retry is Retry.LADDER else None
+        startup = self.profile.startup_fallback if outcome.first_step_ts is None and not self.profile.fallback else None
+        if decision is not None and not (decision.rung == before.name and startup):
+            self.go_to(decision.rung)
+            return Next(self.current(), retry, self.ladder_reason(cause, decision, before.name))
         rung = self._rung(retry, before_first_step=outcome.first_step_ts is None)
         if rung is not None:
-            self.profile = self.by_name[rung]
-            self.streak = CauseStreak()
+            self.go_to(rung)
         return Next(self.current(), retry, moved_reason(cause, retry, before.name, self.profile.name, NATIVE))
 
     def _rung(self, retry: Retry, before_first_step: bool) -> Optional[str]:
-        """The profile ``retry`` moves to, or None to stay on the current one."""
+        """The profile ``retry`` moves to by the profiles' own keys, or None to stay on the current one."""
         if retry is Retry.LADDER:
             return self.profile.fallback or (self.profile.startup_fallback if before_first_step else None)
         if retry is Retry.NATIVE and self.profile.conv_backend != "native":
             below = self.chain[self.chain.index(self.profile) + 1 :]
             return next((p.name for p in below if p.conv_backend == "native"), None)
         return None
+
+
+def policy_rungs(chain: Sequence[Profile]) -> List[ladder_policy.Rung]:
+    """The ladder the policy weighs: the first profile and each ``fallback`` after it, with their expected speeds
+    (a ``startup_fallback`` is for stalls before the first step only, which no speed or stall rate can weigh)."""
+    rungs = [chain[0]]
+    for profile in chain[1:]:
+        if rungs[-1].fallback != profile.name:
+            break
+        rungs.append(profile)
+    return [ladder_policy.Rung(p.name, p.expected_speed) for p in rungs]

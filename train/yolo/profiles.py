@@ -73,6 +73,12 @@ class Profile(BaseModel):
         description="cause -> retries for its 1st, 2nd, ... stall in a row, replacing trainbox.supervise.policy.RETRIES' row",
     )
     fallback: Optional[str] = Field(default=None, description="profile the next attempt uses after a stall")
+    expected_speed: float = Field(
+        default=1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="speed relative to the other profiles: the ladder policy's prior until the run measures it",
+    )
     startup_fallback: Optional[str] = Field(
         default=None,
         description="when there is no fallback left: the profile used after a stall before the first batch",
