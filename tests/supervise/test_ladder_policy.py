@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.ladder_sim import FAST_SPEED, Scenario, SimRung, Strategy, mean_wall, scenario, simulate
-from trainbox.yolo import profiles
 from trainbox.supervise.ladder_policy import (
     PRIOR_HOURS,
     PRIOR_STALLS,
@@ -35,6 +34,7 @@ from trainbox.supervise.ladder_policy import (
     stalls_per_hour,
     tally,
 )
+from trainbox.yolo import profiles
 
 FAST, SAFE = Rung("fast", 1.0), Rung("safe", 0.8)
 #: Ten hours of fast's work at 10 it/s.

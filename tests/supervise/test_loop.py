@@ -130,8 +130,10 @@ class Run:
         self.run_dir = self.supervisor.run_dir
 
     def _script(self, steps: List[Step]) -> Callable[[Record], Script]:
+        self.script_steps = steps  # a test may script them after the planner exists (they may need it)
+
         def make(record: Record) -> Script:
-            self.script = Script(record, steps)
+            self.script = Script(record, self.script_steps)
             return self.script
 
         return make
@@ -223,6 +225,103 @@ def test_a_ladder_file_steps_the_command_down_after_a_stall(tmp_path: Path) -> N
     assert starts == ["fast", "careful", "careful"]
     assert restarts[0] == ("fast", "careful", "loader_deadlock: down the ladder to careful")
     assert restarts[1][2] == "loader_deadlock: careful again: no rung left below it"
+
+
+class Clock:
+    """The ladder ledger's clock, moved on by the scripted attempts: minutes of training in milliseconds."""
+
+    def __init__(self) -> None:
+        self.now = 1.0e6
+
+    def __call__(self) -> float:
+        return self.now
+
+
+#: A scripted attempt's launch to its first step, and a stall's kill, in seconds of the Clock.
+RESTART_S, KILL_S = 2.0, 1.0
+TOTAL = 1000
+
+
+def trained(clock: Clock, first: int, last: int, seconds: float, step: Step) -> Step:
+    """``step``, its outcome having trained from step ``first`` to ``last`` in ``seconds`` (then its stall's kill)."""
+
+    def run(record: Record, number: int, launch: Launch) -> Outcome:
+        started = clock.now
+        clock.now += RESTART_S + seconds
+        outcome = step(record, number, launch)
+        outcome.started_ts, outcome.first_step, outcome.first_step_ts = started, first, started + RESTART_S
+        outcome.last_beat, outcome.last_beat_ts = {"phase": "train", "step": last, "total_steps": TOTAL}, clock.now
+        if outcome.kind is OutcomeKind.STALLED:
+            clock.now += outcome.detail["silent_s"] + KILL_S
+        return outcome
+
+    return run
+
+
+def checkpoints(clock: Clock, planner: Planner, first: int, rate: float, every_s: float) -> Step:
+    """Trains from ``first`` at ``rate`` steps/s with a checkpoint every ``every_s``, asking the planner at each, as
+    the monitor does; ends ``MOVED`` when it probes another rung."""
+
+    def run(record: Record, number: int, launch: Launch) -> Outcome:
+        clock.now += RESTART_S
+        outcome, step = Outcome(OutcomeKind.EXITED, started_ts=clock.now - RESTART_S), first
+        outcome.saw({"phase": "train", "step": step, "total_steps": TOTAL}, clock.now)
+        record.set_state(State.RUNNING)
+        while step < TOTAL:
+            clock.now, step = clock.now + every_s, step + int(rate * every_s)
+            if outcome.saw({"phase": "train", "step": step, "total_steps": TOTAL, "checkpoint_ts": clock.now}, clock.now):
+                following = planner.at_checkpoint(outcome)
+                if following is not None:
+                    outcome.kind, outcome.detail["next"] = OutcomeKind.MOVED, following
+                    return outcome
+        raise AssertionError("the safe rung ran to the end without a probe")
+
+    return run
+
+
+def test_the_ladder_stays_on_a_cheap_stall_steps_down_on_a_deterministic_one_and_probes_back_up(tmp_path: Path) -> None:
+    rungs = [Rung(name="fast"), Rung(name="safe", expected_speed=0.5)]
+    run, clock = Run(tmp_path, [], rungs=rungs), Clock()
+    ladder = run.supervisor.spec.planner
+    ladder.ledger.clock = clock  # type: ignore[attr-defined]
+    at = "phase train, step 300, profile fast"
+    run.script_steps = [
+        trained(clock, 0, 300, 30.0, stalls(at, "idle")),  # 10 steps/s; one stall in 30 s, 700 steps left
+        trained(clock, 200, 300, 10.0, stalls(at, "idle")),  # resumed from its checkpoint: the same place again
+        checkpoints(clock, ladder, 200, 5.0, 20.0),  # safe, at half the speed, past step 300
+        exits(0),
+    ]
+    assert run() == ExitCode.OK
+    assert [launch.profile for launch in run.script.launches] == ["fast", "fast", "safe", "fast"]
+    moves = [(r["event"], r["previous_profile"], r["profile"], r["ladder"]) for r in run.events if "ladder" in r]
+    assert [(event, before, now, ladder["kind"]) for event, before, now, ladder in moves] == [
+        ("restart", "fast", "fast", "stay"),
+        ("restart", "fast", "safe", "down"),
+        ("probe", "safe", "fast", "probe"),
+    ]
+    stay, down, probe = (ladder for *_, ladder in moves)
+    assert stay["reason"].endswith("staying on fast") and "fast: 10 it/s, 1 stall in" in stay["reason"]
+    assert "fast: hung twice at phase train, step 300, banned here" in down["reason"]
+    assert "probing fast" in probe["reason"] and probe["probation"]["probing"] == "fast"
+    assert [c["rung"] for c in probe["candidates"]] == ["fast", "safe"] and probe["candidates"][1]["rate"] == 5.0
+    assert probe["lost_to_stalls_s"] > 0 and probe["safety_would_cost_s"] > 0
+    assert run.one("exit")["restarts"] == 2 and run.one("exit")["stalls"] == 2, "a probe is no restart and no stall"
+    assert run.state()["state"] == "succeeded"
+
+
+def test_the_same_place_rule_still_ends_a_deterministic_hang_on_the_last_rung(tmp_path: Path) -> None:
+    def stalls_here(record: Record, number: int, launch: Launch) -> Outcome:
+        return stalls(f"phase train, step 300, profile {launch.profile}", "idle")(record, number, launch)
+
+    rungs = [Rung(name="fast"), Rung(name="safe", expected_speed=0.5)]
+    run, clock = Run(tmp_path, [], rungs=rungs), Clock()
+    run.supervisor.spec.planner.ledger.clock = clock  # type: ignore[attr-defined]
+    run.script_steps = [trained(clock, 200, 300, 10.0, stalls_here) for _ in range(4)]
+    assert run() == ExitCode.GAVE_UP
+    assert [launch.profile for launch in run.script.launches] == ["fast", "fast", "safe", "safe"]
+    assert run.one("give_up")["reason"].startswith("stalls again at phase train, step 300, profile safe")
+    kinds = [(r["ladder"]["kind"], r["ladder"]["exhausted"]) for r in run.events if r["event"] == "restart"]
+    assert kinds == [("stay", False), ("down", False), ("stay", False)], "one stall on safe: weighed, and stays"
 
 
 def test_the_restart_budget_is_kept(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import dataclasses
+import datetime
 import math
 import subprocess
 import sys

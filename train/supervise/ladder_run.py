@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from trainbox.rundir.events import Retry
 from trainbox.supervise.ladder_policy import (
     PRIOR_RESTART_S,
     Decision,
@@ -53,7 +54,6 @@ from trainbox.supervise.ladder_policy import (
     choose,
     tally,
 )
-from trainbox.rundir.events import Retry
 from trainbox.supervise.planner import Next, Planner, moved_reason
 from trainbox.supervise.policy import Outcome, OutcomeKind, hint, position
 from trainbox.supervise.settings import SupervisorSettings

@@ -177,7 +177,6 @@ class Monitor:
         following = self.at_checkpoint(outcome)
         if following is None:
             return False
-        say(f"attempt {attempt.number}: checkpoint written, moving to {following.launch.profile}: {following.reason}")
         attempt.end_tree()
         outcome.kind = OutcomeKind.MOVED
         outcome.detail["next"] = following

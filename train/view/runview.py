@@ -224,8 +224,9 @@ class RunView:
 
     @property
     def profile_changes(self) -> List[Dict[str, Any]]:
-        """``restart`` events that change the profile (a fallback after a stall)."""
-        return [e for e in self.of("restart") if e.get("profile") != e.get("previous_profile")]
+        """``restart`` and ``probe`` events that change the profile (the ladder after a stall, or a probe back up)."""
+        moves = [e for e in self.events if e.get("event") in ("restart", "probe")]
+        return [e for e in moves if e.get("profile") != e.get("previous_profile")]
 
     # -- where it stands --------------------------------------------------------
     @property

@@ -72,6 +72,19 @@ class Progress:
         return f"attempt {last.get('attempt', '?')}: {last['cause']} ({first}){observed}"
 
 
+def ladder_line(events: List[Dict[str, Any]]) -> Optional[str]:
+    """The ladder policy's last word (a ``restart`` or ``probe`` event's ``ladder``): the rung, the kind of move, why,
+    and the time stalls cost against what the safest rung would have cost; None before any."""
+    decided = [e["ladder"] for e in events if e.get("event") in ("restart", "probe") and isinstance(e.get("ladder"), dict)]
+    if not decided:
+        return None
+    last = decided[-1]
+    lost, safety = _number(last.get("lost_to_stalls_s"), 0.0), _number(last.get("safety_would_cost_s"), 0.0)
+    tally = f"stalls cost {duration(lost)}, the safest rung would have cost {duration(safety)} more"
+    rule = f"--ladder-policy {last.get('policy', '?')}"
+    return f"{last.get('rung', '?')} ({last.get('kind', '?')}, {rule}): {tally}; {last.get('reason', '')}"
+
+
 def json_object(path: Path) -> Dict[str, Any]:
     """The JSON object in ``path``; {} when it is missing, torn or not an object."""
     try:
@@ -188,6 +201,9 @@ def render(
         lines.append(f"health    {health}")
     checkpoint = progress.checkpoint_mtime
     lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
+    ladder = ladder_line(progress.events)
+    if ladder:
+        lines.append(f"ladder    {ladder}")
     if deadline is not None:
         lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
     return lines
