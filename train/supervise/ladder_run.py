@@ -114,8 +114,7 @@ class RungLedger:
         self.restarts: List[float] = []
         self.probation: Optional[Probation] = None
         self.total: Optional[int] = None
-        #: The last decision, for the ``restart``/``probe`` events, and the rule that made it.
-        self.decision: Optional[Decision] = None
+        #: The rule that made the last decision (``down`` also when the work left is unknown): its words differ.
         self.decided_by = policy
 
     @classmethod
@@ -197,7 +196,7 @@ class RungLedger:
 
     def _keep(self, sit: Situation, trigger: Trigger) -> Decision:
         decision = choose(sit, trigger)
-        self.probation, self.decision, self.decided_by = decision.probation, decision, sit.policy
+        self.probation, self.decided_by = decision.probation, sit.policy
         return decision
 
     def event(self, decision: Decision, rung: str, beat: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -246,9 +245,10 @@ class RungLadder(Planner):
 
     def ladder_reason(self, cause: str, decision: Decision, before: str) -> str:
         """The ``restart`` reason of a stall the policy answered: the cause, the figures and the verdict (today's
-        words when today's rule decided: ``--ladder-policy down``, or no work left to weigh; the figures are in the
-        event's ``ladder`` all the same)."""
-        if self.ledger.decided_by is PolicyName.DOWN:
+        words when today's rule decided, ``--ladder-policy down`` or no work left to weigh, and when the run stays on
+        the last rung, with nothing below to weigh; the figures are in the event's ``ladder`` all the same)."""
+        last = decision.rung == before == self.ledger.rungs[-1].name  # nothing below to weigh against
+        if self.ledger.decided_by is PolicyName.DOWN or last:
             return moved_reason(cause, Retry.LADDER, before, decision.rung)
         return f"{cause}: {decision.reason}{hint(cause)}"
 
