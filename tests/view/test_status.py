@@ -107,3 +107,16 @@ def test_a_child_that_does_not_beat_shows_the_counter_read_from_its_output_and_i
     state["heartbeat"] = ["not", "a", "beat"]
     (run / "state.json").write_text(json.dumps(state))
     assert "progress  no heartbeat yet" in status.render(run, status.read(run), now=NOW)
+
+
+def test_the_ladder_line_is_the_policys_last_word_and_survives_garbage() -> None:
+    probe = {"rung": "fast", "kind": "probe", "policy": "cost", "reason": "probing fast", "lost_to_stalls_s": 310.0,
+             "safety_would_cost_s": 5400.0}  # fmt: skip
+    events = [{"event": "restart", "ladder": None}, {"event": "probe", "ladder": probe}, {"event": "stall", "ladder": {}}]
+    line = status.ladder_line(events)
+    assert line == (
+        "fast (probe, --ladder-policy cost): stalls cost 5m10s, the safest rung would have cost 1h30m more; probing fast"
+    )
+    assert status.ladder_line([{"event": "restart"}]) is None
+    odd = status.ladder_line([{"event": "restart", "ladder": {"lost_to_stalls_s": "x", "safety_would_cost_s": [1]}}])
+    assert odd is not None and odd.startswith("? (?, --ladder-policy ?): stalls cost")
