@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from tests.supervised import faulty_child, train_cli
+from trainbox.supervise.command_ladder import CommandLadder
+from trainbox.supervise.command_ladder import Rung as FileRung
 from trainbox.supervise.ladder_policy import Kind, PolicyName, Rung
 from trainbox.supervise.ladder_run import RungLedger, training
+from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome, OutcomeKind
+from trainbox.supervise.settings import SupervisorSettings
 
 RUNGS = (Rung("fast"), Rung("safe", 0.5))
 
@@ -89,3 +93,11 @@ def test_a_run_hung_twice_at_one_place_on_fast_steps_down_then_probes_fast_again
     assert "banned here" in done.of("restart")[1]["reason"] and "probing fast" in done.of("probe")[0]["reason"]
     status = train_cli(["status", "--run-dir", str(run_dir)], run_dir)
     assert "ladder    fast (probe, --ladder-policy cost): stalls cost" in status.stdout, status.stdout
+
+
+def test_the_settings_reach_the_ledger_of_either_ladder() -> None:
+    settings = SupervisorSettings(ladder_policy="down", deadline="2030-01-01T07:00")
+    launch = Launch(argv=["train.py"], startup_timeout=10.0, stall_timeout=5.0)
+    ledger = CommandLadder(launch, [FileRung(name="fast"), FileRung(name="safe", expected_speed=0.5)], settings).ledger
+    assert ledger.policy is PolicyName.DOWN and ledger.deadline_ts is not None and ledger.deadline_ts > 1.8e9
+    assert [(r.name, r.prior_speed) for r in ledger.rungs] == [("fast", 1.0), ("safe", 0.5)]
