@@ -27,7 +27,7 @@ from trainbox.supervise import record as record_module
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.command_ladder import CommandLadder, Rung
 from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
-from trainbox.supervise.planner import Launch, Planner
+from trainbox.supervise.planner import Launch, Next, Planner
 from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
@@ -322,6 +322,20 @@ def test_the_same_place_rule_still_ends_a_deterministic_hang_on_the_last_rung(tm
     assert run.one("give_up")["reason"].startswith("stalls again at phase train, step 300, profile safe")
     kinds = [(r["ladder"]["kind"], r["ladder"]["exhausted"]) for r in run.events if r["event"] == "restart"]
     assert kinds == [("stay", False), ("down", False), ("stay", False)], "one stall on safe: weighed, and stays"
+
+
+def test_a_stop_signal_as_a_probe_ends_the_tree_stops_the_run(tmp_path: Path) -> None:
+    run = Run(tmp_path, [], rungs=[Rung(name="fast"), Rung(name="safe")])
+    ladder = run.supervisor.spec.planner
+
+    def probed_and_signalled(record: Record, number: int, launch: Launch) -> Outcome:
+        record.set_state(State.RUNNING)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return Outcome(OutcomeKind.MOVED, beats=3, detail={"next": Next(ladder.current(), None, "probing fast")})
+
+    run.script_steps = [probed_and_signalled]
+    assert run() == ExitCode.for_signal(signal.SIGTERM)
+    assert run.names() == ["start", "exit"] and run.state()["state"] == "stopped"
 
 
 def test_the_restart_budget_is_kept(tmp_path: Path) -> None:

@@ -171,6 +171,8 @@ class Supervisor:
         while True:
             outcome = attempts.run(self.attempt, launch, policy)
             if self._stop_signal is not None and not outcome.succeeded:
+                if outcome.kind is OutcomeKind.MOVED:  # it came as a probe ended the tree: stopped, not moved
+                    self.record.set_state(State.STOPPING)
                 outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
             if outcome.kind is OutcomeKind.MOVED:  # a probe at a checkpoint: no stall, crash or restart to count
                 following = outcome.detail["next"]
