@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.rundir import hostile
 from tests.rundir.hostile import KINDS, Kind, Scene, assert_bounded, plant, put, scene
+from trainbox.rundir import RunDir
 from trainbox.rundir.safe import Open, Refusal, RunFiles, names
 
 #: Generous bounds for a few operations on one hostile entry: a correct one takes milliseconds and a few MiB;
@@ -363,6 +364,17 @@ def test_a_path_outside_the_run_directory_is_refused(hostile_scene: Scene, path:
     assert files.append(path, b"x") is Refusal.BAD_PATH
     assert files.remove(path, re.compile(".*")) is Refusal.BAD_PATH
     hostile_scene.assert_outside_intact()
+
+
+@pytest.mark.parametrize("root", ["runs/trainbox", "runs/trainbox/", "./runs//trainbox"])
+def test_rundirs_paths_under_a_relative_root_are_its_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, root: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = RunDir(Path(root))
+    files = RunFiles(root)
+    assert files.replace(run.rank_heartbeat(3), b"{}") is None
+    assert (tmp_path / "runs" / "trainbox" / "heartbeats" / "rank-3.json").read_bytes() == b"{}"
+    assert files.list_dir(run.root, 10).value == ["heartbeats"]
+    assert files.read_object(run.rank_heartbeat(3), LIMIT).value == {}
 
 
 def test_a_name_too_long_is_refused_not_raised(tmp_path: Path) -> None:
