@@ -15,11 +15,12 @@ The rule
   * **No link is followed below the root.** A path is walked part by part,
     each folder opened relative to the one before it with
     ``openat(fd, part, O_DIRECTORY|O_NOFOLLOW)``; the last part is opened with
-    ``O_NOFOLLOW``. A symbolic link anywhere refuses the operation; ``..``, ``.``,
-    empty parts, NUL bytes and paths outside the root are refused before any
-    system call. The root itself is opened as given, links included: it is the
-    user's choice (``runs -> /data/runs``), and no child can replace it (in a
-    container it is the mount point).
+    ``O_NOFOLLOW``. A symbolic link anywhere refuses the operation; a ``..``
+    part, a NUL byte and an absolute path outside the root are refused before
+    any system call (empty and ``.`` parts are dropped, as pathlib does). The
+    root itself is opened as given, links included: it is the user's choice
+    (``runs -> /data/runs``), and no child can replace it (in a container it is
+    the mount point).
   * **Regular files only, and nothing blocks.** The last part is ``lstat``-ed
     first, so a FIFO, socket or device is never even opened (opening a device can
     act); it is then opened with ``O_NONBLOCK`` (a FIFO swapped in meanwhile
@@ -74,8 +75,11 @@ by trainbox through a stray link); from a container it is a boundary. A
 reader may still read a file that has another hard link (reading is harmless,
 and a ``cp -al`` backup of a run hard-links every file); such a copy cannot
 be supervised again, since its ``events.jsonl`` and lock are refused (copy
-with ``cp -a``). Names from a listing are whatever the child made them
-(``os.fsdecode``: undecodable bytes as surrogates).
+with ``cp -a``). A device swapped in between the ``lstat`` and the open is
+opened before ``fstat`` refuses it (making one needs ``CAP_MKNOD``, and a
+container's device cgroup still decides what opens). Names from a listing, and
+strings in parsed JSON (``"\\ud800"`` in the file), may hold lone surrogates: a caller
+that encodes them must say how (``errors="replace"``).
 
 Standard library only: the supervisor, the child and the host-side tools import it.
 """
