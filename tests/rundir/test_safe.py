@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.rundir import hostile
 from tests.rundir.hostile import KINDS, Kind, Scene, assert_bounded, plant, put, scene
-from trainbox.rundir import RunDir
+from trainbox.rundir.layout import RunDir
 from trainbox.rundir.safe import Open, Refusal, RunFiles, names
 
 #: Generous bounds for a few operations on one hostile entry: a correct one takes milliseconds and a few MiB;
