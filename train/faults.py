@@ -151,7 +151,7 @@ def compile_with_cc() -> None:
     deadline = time.monotonic() + _fault_seconds()
     with tempfile.TemporaryDirectory(prefix="trainbox-cc-") as work:
         source = Path(work) / "kernels.c"
-        source.write_text(_C_SOURCE)
+        source.write_text(_C_SOURCE)  # not the run directory: a temporary folder
         while time.monotonic() < deadline:
             subprocess.run(["cc", "-O2", "-c", str(source), "-o", str(Path(work) / "kernels.o")], check=True)
 
@@ -160,14 +160,14 @@ def compile_into_inductor_cache() -> None:
     """Compile in-process (CPU work, no compiler process) and write a kernel file into TORCHINDUCTOR_CACHE_DIR every
     half second, as MIOpen through comgr does into its cache: the growing cache is the only outside sign."""
     cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    cache.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)  # not the run directory: a kernel cache
     deadline = time.monotonic() + _fault_seconds()
     kernel = 0
     while time.monotonic() < deadline:
         until = time.monotonic() + 0.5
         while time.monotonic() < until:
             sum(i * i for i in range(1000))
-        (cache / f"kernel-{os.getpid()}-{kernel}.so").write_bytes(os.urandom(4096))
+        (cache / f"kernel-{os.getpid()}-{kernel}.so").write_bytes(os.urandom(4096))  # not the run directory: a kernel cache
         kernel += 1
 
 
@@ -191,8 +191,8 @@ def finish_during_incident() -> None:
     """
     from trainbox.rundir.layout import RunDir
 
-    incidents = RunDir(Path(os.environ["TRAIN_RUN_DIR"])).incident_dir.directory
-    while not (incidents.is_dir() and any(incidents.iterdir())):
+    run = RunDir(Path(os.environ["TRAIN_RUN_DIR"]))
+    while not run.files.list_dir(run.incident_dir.directory, 1).value:
         time.sleep(0.01)
     os._exit(0)
 

@@ -3,6 +3,7 @@ folder's, and Hypothesis properties: no read raises or runs away, no write lands
 
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.paths import REPO
 from tests.rundir import hostile
 from tests.rundir.hostile import KINDS, Kind, Scene, assert_bounded, plant, put, scene
 from trainbox.rundir.layout import RunDir
@@ -488,3 +490,79 @@ def test_appended_objects_come_back_in_order_and_the_rest_is_counted(lines: List
         got = files.read_objects("events.jsonl", 1 << 20, 1 << 24, 1000)
         assert got.value == [line for line in lines if isinstance(line, dict)]
         assert got.skipped == sum(1 for line in lines if not isinstance(line, dict) and line.strip())
+
+
+# -- the rule for the whole code base: nothing else opens a run-directory path ------------------------------------
+#: Calls that open, create, read, write, list or delete a path (pathlib's methods, os/shutil's functions,
+#: trainbox.atomic's writers). ``x.stat()`` and friends on a RunFiles are its own safe operations: a RunFiles is
+#: always named ``files`` (``run.files``, ``self.files``), and calls on that name are not file operations here.
+PATH_METHODS = frozenset(
+    {
+        "open", "read_text", "read_bytes", "write_text", "write_bytes", "unlink", "mkdir", "rmdir", "iterdir", "glob",
+        "rglob", "touch", "symlink_to", "hardlink_to", "is_dir", "is_file", "exists", "stat", "lstat", "rename",
+        "chmod",
+    }
+)  # fmt: skip
+PATH_FUNCTIONS = frozenset(
+    {
+        "open", "os.open", "os.rename", "os.replace", "os.remove", "os.unlink", "os.listdir", "os.scandir",
+        "os.makedirs", "os.mkdir", "os.rmdir", "os.stat", "os.lstat", "os.path.exists", "os.path.isdir",
+        "os.path.isfile", "shutil.rmtree", "shutil.copyfile", "shutil.copy", "shutil.move", "write_text_atomic",
+        "atomic_writer", "fsync_path", "remove_stale_temps", "torch.save", "torch_load",
+    }
+)  # fmt: skip
+#: What a line that uses a path directly says, and why, after it: the path is not the run directory's (a dataset,
+#: the run directory's root, which is the user's own), or the run-directory file was checked by trainbox.rundir.safe
+#: just before (a checkpoint that ``torch.load`` must open by path, found to be a regular file reached without a link).
+EXCEPTION_MARKS = ("not the run directory:", "run directory, checked:")
+#: Modules that are handed run-directory paths without importing trainbox.rundir (the network guard's log).
+HANDED_RUN_PATHS = ("yolo.offline",)
+
+
+def _dotted(node: ast.AST) -> str:
+    """``os.path.exists`` for the expression ``os.path.exists``; "" for anything that is not a plain name chain."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+def _file_operation(call: ast.Call) -> Optional[str]:
+    """The file operation ``call`` is, or None."""
+    name = _dotted(call.func)
+    if name in PATH_FUNCTIONS:
+        return name
+    if isinstance(call.func, ast.Attribute) and call.func.attr in PATH_METHODS:
+        receiver = _dotted(call.func.value)
+        if receiver == "files" or receiver.endswith(".files") or receiver in ("os", "shutil", "json", "yaml", "io"):
+            return None
+        return f".{call.func.attr}()"
+    return None
+
+
+def _in_scope(dotted: str, source: str) -> bool:
+    return dotted in HANDED_RUN_PATHS or "trainbox.rundir" in source or "trainbox import heartbeat" in source
+
+
+def test_nothing_but_rundir_safe_opens_a_run_directory_path() -> None:
+    """Issue 33's rule: in every module that names run-directory paths, each file operation goes through
+    trainbox.rundir.safe, or its line says why it may be direct (:data:`EXCEPTION_MARKS`)."""
+    package = REPO / "train"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        dotted = ".".join(path.relative_to(package).with_suffix("").parts)
+        source = path.read_text()
+        if dotted == "rundir.safe" or not _in_scope(dotted, source):
+            continue
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            operation = _file_operation(node) if isinstance(node, ast.Call) else None
+            if operation is None:
+                continue
+            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            comments = [lines[n - 1].partition("#")[2] for n in span]
+            if not any(mark in comment for mark in EXCEPTION_MARKS for comment in comments):
+                found.append(f"train/{path.relative_to(package)}:{node.lineno}: {operation}")
+    assert not found, "file operations outside trainbox.rundir.safe:\n" + "\n".join(found)

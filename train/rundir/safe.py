@@ -98,12 +98,29 @@ import stat
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Pattern, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    Deque,
+    Dict,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Pattern,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 T = TypeVar("T")
 PathLike = Union[str, "os.PathLike[str]"]
 #: What a write takes: the bytes, or chunks of them (``docker logs`` streams a container's output).
 Data = Union[bytes, bytearray, memoryview, Iterable[bytes]]
+#: What :meth:`RunFiles.replace_with` takes instead: a function that writes into a binary file (``torch.save``).
+Writer = Callable[[BinaryIO], object]
 
 #: How reads move through a file: large enough for few system calls, small enough to hold per line.
 CHUNK_BYTES = 64 * 1024
@@ -406,8 +423,14 @@ def _create_temp(folder: int, name: str, mode: Optional[int]) -> Tuple[int, str]
     raise _Refused(Refusal.EXISTS)
 
 
-def _replace_in(folder: int, name: str, data: Data, fsync: bool, mode: Optional[int]) -> None:
-    """Write ``data`` to a temporary file in ``folder`` and rename it over ``name`` (see the rule)."""
+def _write_through(fd: int, write: Callable[[BinaryIO], object]) -> None:
+    """Let ``write`` write into ``fd`` as a buffered binary file (``torch.save`` takes one); ``fd`` stays open."""
+    with os.fdopen(os.dup(fd), "wb") as handle:
+        write(handle)
+
+
+def _replace_in(folder: int, name: str, data: Union[Data, Writer], fsync: bool, mode: Optional[int]) -> None:
+    """Write ``data`` (or what a :data:`Writer` writes) to a temporary file in ``folder`` and rename it over ``name``."""
     found = _lstat(folder, name)
     if found is not None and stat.S_ISDIR(found.st_mode):
         raise _Refused(Refusal.DIRECTORY)
@@ -415,7 +438,10 @@ def _replace_in(folder: int, name: str, data: Data, fsync: bool, mode: Optional[
     fd, temp = _create_temp(folder, name, mode if mode is not None else keep)
     try:
         try:
-            _write_all(fd, data)
+            if callable(data):
+                _write_through(fd, data)
+            else:
+                _write_all(fd, data)
             if fsync:
                 os.fsync(fd)
             os.rename(temp, name, src_dir_fd=folder, dst_dir_fd=folder)  # still locked: see trainbox.atomic
@@ -442,6 +468,13 @@ def names(*documented: str) -> Pattern[str]:
     return re.compile(rf"(?:{alternatives})|\.(?:{alternatives})\.{temp}\.tmp")
 
 
+def temporaries(*documented: str) -> Pattern[str]:
+    """The temporary files an interrupted replacement of these names leaves (``.midepoch.pt.k2j4x_9a.tmp``) and not
+    the names themselves: for removing a killed write's leftovers beside a file that must stay."""
+    alternatives = "|".join(re.sub(r"<[a-z]+>", "[0-9]+", re.escape(name)) for name in documented)
+    return re.compile(rf"\.(?:{alternatives})\.[{re.escape(TEMP_ALPHABET)}]{{{TEMP_RANDOM_CHARS}}}\.tmp")
+
+
 class RunFiles:
     """Every file operation trainbox does in the run directory ``root`` (see the module's docstring).
 
@@ -461,6 +494,10 @@ class RunFiles:
     def read_tail(self, path: PathLike, limit: int) -> Got[bytes]:
         """The last ``limit`` bytes of the file (``truncated`` when there were more): logs, output."""
         return self._reading(path, lambda fd, size: Got(_pread_all(fd, max(0, size - limit), limit), truncated=size > limit))
+
+    def read_span(self, path: PathLike, start: int, limit: int) -> Got[bytes]:
+        """At most ``limit`` bytes from ``start`` on (``truncated`` when there were more): a stack dump's new part."""
+        return self._reading(path, lambda fd, size: Got(_pread_all(fd, start, limit), truncated=size - start > limit))
 
     def read_object(self, path: PathLike, limit: int) -> Got[Dict[str, Any]]:
         """The JSON object the file holds (heartbeat, state, summary...); refused as TOO_LARGE, NOT_JSON..."""
@@ -514,6 +551,13 @@ class RunFiles:
 
         ``mode``: the new file's permissions (default: a replaced file's own, else 0o666 less the umask).
         """
+        return self._replace(path, data, fsync, mode)
+
+    def replace_with(self, path: PathLike, write: Writer, fsync: bool = True, mode: Optional[int] = None) -> Optional[Refusal]:
+        """:meth:`replace` with the content written by ``write(file)`` (a checkpoint streamed by ``torch.save``)."""
+        return self._replace(path, write, fsync, mode)
+
+    def _replace(self, path: PathLike, data: Union[Data, Writer], fsync: bool, mode: Optional[int]) -> Optional[Refusal]:
         try:
             *folders, name = _split(self._prefix, path)
             with _folder(self.root, folders, create=True) as folder:
@@ -572,6 +616,30 @@ class RunFiles:
                 if _lstat(new, target_name) is not None:
                     return Refusal.EXISTS
                 os.rename(source_name, target_name, src_dir_fd=old, dst_dir_fd=new)
+                os.fsync(new)  # the rename is durable once its folder is
+        except _Refused as refused:
+            return refused.refusal
+        except OSError as exc:
+            return _content_refusal(exc)
+        return None
+
+    def move_over(self, source: PathLike, target: PathLike) -> Optional[Refusal]:
+        """Rename the regular file ``source`` (a staged checkpoint) over ``target``, replacing a file or a link
+        there (never a folder); the file, then its new folder, are fsynced, so the rename is durable and complete."""
+        try:
+            *source_folders, source_name = _split(self._prefix, source)
+            *target_folders, target_name = _split(self._prefix, target)
+            with _folder(self.root, source_folders, create=False) as old, _folder(self.root, target_folders, True) as new:
+                fd, _ = _open_file(old, source_name, os.O_RDONLY, writing=False)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                found = _lstat(new, target_name)
+                if found is not None and stat.S_ISDIR(found.st_mode):
+                    return Refusal.DIRECTORY
+                os.rename(source_name, target_name, src_dir_fd=old, dst_dir_fd=new)
+                os.fsync(new)
         except _Refused as refused:
             return refused.refusal
         except OSError as exc:
@@ -592,6 +660,26 @@ class RunFiles:
                 return _unlink_entry(folder, name)
         except _Refused as refused:
             return refused.refusal
+
+    def remove_folder(self, path: PathLike, allowed: Pattern[str]) -> Optional[Refusal]:
+        """Remove an empty folder whose name fully matches ``allowed`` (a report's staging folder after a failed
+        write: :meth:`clear` it first); a link is refused, a folder that is not empty is DIRECTORY."""
+        try:
+            *folders, name = _split(self._prefix, path)
+            if not allowed.fullmatch(name):
+                return Refusal.NOT_ALLOWED
+            with _folder(self.root, folders, create=False) as folder:
+                found = _lstat(folder, name)
+                if found is None:
+                    return Refusal.MISSING
+                if not stat.S_ISDIR(found.st_mode):
+                    return _kind_refusal(found.st_mode) or Refusal.NOT_A_DIRECTORY
+                os.rmdir(name, dir_fd=folder)
+        except _Refused as refused:
+            return refused.refusal
+        except OSError as exc:
+            return _content_refusal(exc)
+        return None
 
     def clear(self, path: PathLike, allowed: Pattern[str]) -> Cleared:
         """Remove the entries of a folder whose names match ``allowed`` (see :meth:`remove`); never recursive."""

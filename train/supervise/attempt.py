@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from trainbox import heartbeat
-from trainbox.errors import Stuck
+from trainbox.errors import Stuck, say
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise import ranks
 from trainbox.supervise.budgets import BudgetPolicy
@@ -76,7 +76,9 @@ class Attempt:
 
     def __enter__(self) -> Attempt:
         """Start the child; CannotStart when the command cannot run at all."""
-        ranks.clear(self.run_dir)
+        left = ranks.clear(self.run_dir)
+        if left is not None:
+            say(left)
         try:
             # Popen from the main thread: the child's death signal is tied to the thread that forked it.
             self.proc = subprocess.Popen(
@@ -91,7 +93,7 @@ class Attempt:
         except OSError as exc:
             raise CannotStart(exc.strerror or str(exc)) from exc
         try:
-            self.tee = OutputTee(self.proc.stdout, self.run_dir.attempt_log(self.number), self.echo)
+            self.tee = OutputTee(self.proc.stdout, self.run_dir.files, self.run_dir.attempt_log(self.number), self.echo)
         except BaseException:
             self.proc.kill()  # no handle to watch or end it by: it must not run on alone
             self.proc.wait()

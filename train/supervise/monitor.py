@@ -1,8 +1,8 @@
 """The watch over one attempt: beats in, silences judged, until the child exits, stalls or is told to stop.
 
 :meth:`Monitor.run` starts an :class:`~trainbox.supervise.attempt.Attempt` and polls it every ``POLL_S`` at most:
-the beats that made progress (every rank's, under torchrun) go to the progress log and end the silence being
-judged; the silence of the slowest rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (keep
+the beats that made progress (every rank's, under torchrun) go to the progress log; the silence of the slowest
+rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (a new one when that rank changes or beats; keep
 watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall` handles); state.json is kept
 fresh for ``health``. What it returns is the attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens
 next is the supervisor's and the policy's business, not the monitor's.
@@ -118,6 +118,7 @@ class Monitor:
                 outcome.code = code
                 return outcome
             lagging = attempt.beats.lagging(now)  # the job is as far as its slowest rank (or its one process)
+            attempt.watch.judging(lagging.rank, lagging.silent_s)  # a new silence is judged: the last one's window goes
             stalled = self._judge_silence(attempt, outcome, lagging)
             if stalled is not None:
                 return stalled
@@ -148,7 +149,6 @@ class Monitor:
             self.progress.observe(attempt.number, progress.previous, progress.silent_s, progress.budget, progress.record)
         if not progressed:
             return False
-        attempt.watch.beat()
         outcome.saw(record, time.time())
         if self.record.state is State.STARTING:
             self.record.set_state(State.RUNNING, heartbeat=record)

@@ -4,7 +4,9 @@
 and to the attempt's log, and keeps the last 64 KiB for the incident report and
 the crash event. Its one rule: the child's pipe is always drained, because a
 child that cannot write blocks, stops beating, and would be killed as stalled
-for a fault that is ours (a closed terminal, a full disk).
+for a fault that is ours (a closed terminal, a full disk). The log is opened
+through :mod:`trainbox.rundir.safe`: a ``logs`` link or a FIFO in its place is
+refused, said in one line, and the output is then only echoed and kept.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Deque, List
+from typing import Any, Deque, List, Optional
 
 from trainbox.errors import say
+from trainbox.rundir.safe import Open, RunFiles
 
 #: How much of the child's output an incident report and a crash event keep.
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -34,12 +37,14 @@ class OutputTee:
     next one; the tail is kept in memory either way.
     """
 
-    def __init__(self, stream: Any, log_path: Path, echo: bool) -> None:
+    def __init__(self, stream: Any, files: RunFiles, log_path: Path, echo: bool) -> None:
         self._fd = stream.fileno()
         self._stream = stream
         self._log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        opened = files.open_fd(log_path, Open.APPEND)
+        self._log: Optional[int] = opened.value
+        if opened.refused is not None:
+            say(f"{opened.refused.line(log_path)}: the child's output of this attempt is not logged")
         self._log_failing = False
         self._echo = echo
         self._tail: Deque[bytes] = collections.deque()
@@ -66,6 +71,8 @@ class OutputTee:
                 self._write_stdout(chunk)
 
     def _write_log(self, chunk: bytes) -> None:
+        if self._log is None:
+            return
         try:
             view = memoryview(chunk)
             while view:
@@ -84,7 +91,7 @@ class OutputTee:
         except (OSError, ValueError):  # EPIPE, EIO from a hung-up terminal; ValueError: stdout was closed
             self._echo = False
             with contextlib.suppress(OSError, ValueError):
-                devnull = os.open(os.devnull, os.O_WRONLY)
+                devnull = os.open(os.devnull, os.O_WRONLY)  # not the run directory: /dev/null
                 os.dup2(devnull, sys.stdout.fileno())
                 os.close(devnull)
 
@@ -99,4 +106,5 @@ class OutputTee:
     def close(self) -> None:
         self._thread.join(timeout=2.0)
         self._stream.close()
-        os.close(self._log)
+        if self._log is not None:
+            os.close(self._log)

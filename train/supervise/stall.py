@@ -69,12 +69,12 @@ def _write_incident(attempt: Attempt, outcome: Outcome, reason: Dict[str, Any], 
         # Declared to `health` (trainbox.supervise.watchdog); ending the tree, which comes next, ends the declaration.
         attempt.record.publish(force=True, quiet_until_ts=time.time() + incident.time_limit(len(attempt.tree.alive())))
         summary = incident.write_incident(
+            attempt.run_dir,
             where,
             tree=attempt.tree,
             reason=reason,
             last_beat=outcome.last_beat,
             output_tail=attempt.tee.tail(),
-            dumps=attempt.run_dir.stack_dump,
             samples=attempt.watch.window.to_json(),
             diagnose=lambda stacks, kernel: attempt.watch.diagnose(call, stacks, kernel),
         )

@@ -24,6 +24,9 @@ What the supervisor must survive, and how:
   best-effort and killing and restarting go on without them; only the run's
   history (``events.jsonl``) must be written, and when it cannot be the
   supervisor ends the tree and exits ``ExitCode.DISK_FULL`` with one line;
+* a run directory whose content is hostile (issue 33): everything in it is read and written through
+  :mod:`trainbox.rundir.safe`; an ``events.jsonl`` it refuses (a link, a FIFO, a folder) is one line and exit 2,
+  before anything starts when it is found at the start, else as the run's end (state ``refused``);
 * a process that survives SIGKILL (D state in a hung driver): waiting for it
   would hang forever, so the supervisor gives up with ``ExitCode.STUCK`` and
   one line naming it and its kernel wait channel (a reboot is needed).
@@ -41,9 +44,10 @@ from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from trainbox import errors, interrupt
 from trainbox.errors import DiskFull, ExitCode, Stuck, TrainboxError, say
-from trainbox.rundir.events import read_events
+from trainbox.rundir.events import HistoryRefused, history
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.lock import RunLock
+from trainbox.rundir.safe import Refusal
 from trainbox.rundir.state import State
 from trainbox.supervise import gpu_release, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
@@ -100,11 +104,15 @@ class Supervisor:
         """
         lock = RunLock(self.run_dir)
         lock.acquire()
+        past = history(self.run_dir.events)
+        if past.refused not in (None, Refusal.MISSING):
+            lock.release()
+            raise HistoryRefused.at(self.run_dir.events, past.refused or Refusal.UNREADABLE)
         self.session = self.run_dir.new_session(time.time())
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
         self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s))
         own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
-        self.hangs = watchdog.hangs_in_a_row(read_events(self.run_dir.events))
+        self.hangs = watchdog.hangs_in_a_row(past.records)
         code: int = ExitCode.GAVE_UP
         try:
             code = self._hung_too_often() if self.hangs >= watchdog.MAX_HANGS else self._loop()
@@ -112,9 +120,11 @@ class Supervisor:
             code = self._end(State.STUCK, stuck.code, "process stuck in the kernel", error=stuck, stuck=stuck.processes)
         except DiskFull as full:
             code = self._end(State.DISK_FULL, full.code, "disk full", error=full)
+        except HistoryRefused as refused:
+            code = self._end(State.REFUSED, refused.code, "history refused", error=refused)
         finally:
             self.record.publish(force=True, exit_code=code)
-            if self.record.state is not State.DISK_FULL and self.spec.on_end is not None:
+            if self.record.state not in (State.DISK_FULL, State.REFUSED) and self.spec.on_end is not None:
                 self.spec.on_end(self.run_dir)  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
