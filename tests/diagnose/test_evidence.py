@@ -11,14 +11,12 @@ from typing import List
 import psutil
 import pytest
 
-from tests.paths import FIXTURES
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
 from trainbox.diagnose import evidence
 from trainbox.diagnose.causes import Cause, classify
 from trainbox.diagnose.window import Window
-from trainbox.system import proctree
+from trainbox.system import gpu_memory, proctree
 
-CAUSES = FIXTURES / "causes"
 
 SLEEPING_TREE = """
 import os, time
@@ -174,13 +172,6 @@ def test_sample_cost_on_a_ten_process_tree(tree: Tree) -> None:  # noqa: F811
     assert median < 0.2  # generous: the figure is for bench/, this only catches a sampler gone pathological
 
 
-def test_gpu_memory_per_process_from_either_tool() -> None:
-    """nvidia-smi's CSV and rocm-smi's KFD table (layout: tests/fixtures/causes/README.md)."""
-    assert evidence.nvidia_memory("4121, 2048\n4188, 16\n4121, 512\n") == {4121: 2560, 4188: 16}
-    table = (CAUSES / "smi" / "rocm-smi-showpids.txt").read_text()
-    assert evidence.rocm_memory(table) == {4121: 2048, 4188: 0}
-
-
 def stand_in_tool(directory: Path, name: str, script: str) -> None:
     """A stand-in for a GPU tool this machine does not have (no GPU here): a shell script on PATH."""
     tool = directory / name
@@ -191,14 +182,15 @@ def stand_in_tool(directory: Path, name: str, script: str) -> None:
 def test_gpu_tools_are_asked_within_a_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setattr(evidence, "GPU_TIMEOUT_S", 0.5)
-    stand_in_tool(tmp_path, "nvidia-smi", 'case "$1" in --query-compute-apps*) echo "4121, 2048";; *) echo 37;; esac\n')
-    assert evidence.gpu_memory_by_pid() == {4121: 2048}
+    me, name = os.getpid(), Path("/proc/self/comm").read_text().strip()  # a process here, as the tool names it
+    stand_in_tool(tmp_path, "nvidia-smi", f'case "$1" in --query-compute-apps*) echo "{me}, {name}, 2048";; *) echo 37;; esac\n')
+    assert gpu_memory.read(0.5) == gpu_memory.GpuMemory("nvidia-smi", {me: 2048}, None)
     poller = evidence._GpuPoller()
-    assert poller.poll(100.0) == {"source": "nvidia-smi", "memory_mib": {4121: 2048}, "utilisation_pct": [37]}
+    assert poller.poll(100.0) == {"source": "nvidia-smi", "memory_mib": {me: 2048}, "utilisation_pct": [37]}
 
     stand_in_tool(tmp_path, "nvidia-smi", "exec sleep 30\n")  # a driver that no longer answers
     started = time.monotonic()
-    assert evidence.gpu_memory_by_pid(timeout=0.5) is None
+    assert gpu_memory.read(0.5) is None
     hung = evidence._GpuPoller()
     assert "no answer within 0.5 s" in hung.poll(100.0)["error"]  # type: ignore[index]
     assert hung.poll(200.0) == hung.poll(300.0) and hung.given_up  # not asked again

@@ -40,14 +40,15 @@ class Interval:
     cpu_s: Dict[Tuple[int, float], float] = field(default_factory=dict)
     demand_s: Dict[Tuple[int, float], float] = field(default_factory=dict)  # falls back to cpu_s
     io: Dict[Tuple[int, float], int] = field(default_factory=dict)  # characters read + written
-    cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes)
+    written: int = 0  # characters the tree's processes wrote (wchar), where readable
+    cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes) this tree added
 
 
 def interval(before: Sample, after: Sample) -> Interval:
     """CPU used per process, I/O and cache growth from ``before`` to ``after``.
 
-    A process new in ``after`` counts with all its CPU time and I/O (it started within the interval).
-    Cache growth counts only when the tree used at least IDLE_CPU_CORES.
+    A process new in ``after`` counts with all its CPU time and I/O (it started within the interval). A cache's
+    growth counts only when this tree wrote it (:func:`_tree_wrote`).
     """
     change = Interval(seconds=max(after.ts - before.ts, 1e-6))
     for proc in after.procs:
@@ -60,19 +61,32 @@ def interval(before: Sample, after: Sample) -> Interval:
         if proc.io_chars is not None:
             base = old.io_chars if old is not None and old.io_chars is not None else 0
             change.io[proc.key] = max(0, proc.io_chars - base)
-    # A cache grows on this tree's account only while the tree uses CPU: the default caches
-    # (/tmp/torchinductor_<user>, ~/.cache/miopen) are shared with every other compile on the machine,
-    # while a compile of ours burns CPU in the tree (in-process through comgr or Inductor, or in a compiler).
-    tree_floor = IDLE_CPU_CORES * change.seconds
+        if proc.io_written is not None:
+            base = old.io_written if old is not None and old.io_written is not None else 0
+            change.written += max(0, proc.io_written - base)
     earlier = {c.var: c for c in before.caches}
     for cache in after.caches:
         old_cache = earlier.get(cache.var)
         if old_cache is None:  # the directory appeared within the interval
             old_cache = CacheSample(cache.var, cache.path, 0, 0, 0.0, capped=False)
         files, size = cache.files - old_cache.files, cache.bytes - old_cache.bytes
-        if (files > 0 or size > 0 or cache.newest > old_cache.newest) and sum(change.cpu_s.values()) >= tree_floor:
+        grew = files > 0 or size > 0 or cache.newest > old_cache.newest
+        if grew and _tree_wrote(change, after, cache, size):
             change.cache_growth[cache.var] = (max(files, 0), max(size, 0))
     return change
+
+
+def _tree_wrote(change: Interval, after: Sample, cache: CacheSample, size: int) -> bool:
+    """Whether a cache's growth of ``size`` bytes is this tree's doing.
+
+    The default caches (``~/.cache/miopen``, ``/tmp/torchinductor_<user>``) are shared with every other program of
+    the user: another compile writing there must not pass for ours, or a spinning tree (or a CUDA sync spinning on a
+    hung GPU) is taken for a compile and found up to ``--compile-cap`` late, and retried the wrong way (issue 33
+    item 10). So the growth is the tree's only when its own write counters grew at least as much (``wchar``: MIOpen
+    compiles in-process through comgr and writes each kernel itself), or one of its processes has a file under the
+    cache open (a find-db), or a compiler of the tree is busy. Using CPU alone proves nothing.
+    """
+    return bool(change.written >= max(size, 1) or cache.opened_by or compiling(change, after))
 
 
 def compiling(change: Interval, after: Sample) -> List[ProcSample]:
@@ -178,7 +192,7 @@ class Window:
         """Evidence lines when a compile made progress lately; () when none.
 
         Progress is a compiler process that used CPU in the last interval, or a kernel cache
-        that grew, while the tree used CPU, within the last :data:`CACHE_PROGRESS_S`.
+        that this tree grew (:func:`_tree_wrote`) within the last :data:`CACHE_PROGRESS_S`.
         """
         samples = self.samples
         if len(samples) < 2:

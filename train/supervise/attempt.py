@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from trainbox import heartbeat
 from trainbox.errors import Stuck, say
 from trainbox.rundir.layout import RunDir
-from trainbox.supervise import ranks
+from trainbox.supervise import gpu_release, ranks
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.output import OutputTee
 from trainbox.supervise.planner import Launch
@@ -79,6 +79,8 @@ class Attempt:
         left = ranks.clear(self.run_dir)
         if left is not None:
             say(left)
+        #: The GPUs' used memory before the child starts: what a gpu_wait retry waits to get back to in a container.
+        self.gpu_before_mib = gpu_release.baseline()
         try:
             # Popen from the main thread: the child's death signal is tied to the thread that forked it.
             self.proc = subprocess.Popen(

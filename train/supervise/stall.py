@@ -150,7 +150,7 @@ def kill(attempt: Attempt, outcome: Outcome, findings: StallFindings) -> Outcome
         raise stuck
     say(f"tree killed in {killed - diagnosed:.1f} s")
     found = findings.fields()
-    outcome.detail.update({key: found[key] for key in OUTCOME_KEYS}, pids=pids)
+    outcome.detail.update({key: found[key] for key in OUTCOME_KEYS}, pids=pids, gpu_before_mib=attempt.gpu_before_mib)
     if code_before_kill == 0:
         say(f"attempt {attempt.number} completed (exit status 0) while its incident report was written")
         outcome.kind, outcome.code = OutcomeKind.EXITED, 0

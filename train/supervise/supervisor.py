@@ -177,7 +177,9 @@ class Supervisor:
     def _back_off(self, number: int, after: Outcome, previous: Launch, following: Next, delay: float) -> bool:
         """Announce attempt ``number`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
         launch = following.launch
-        released = gpu_release.wait(after.detail.get("pids", []), self._sleep) if following.retry is Retry.GPU_RELEASE else {}
+        released: Dict[str, Any] = {}
+        if following.retry is Retry.GPU_RELEASE:
+            released = gpu_release.wait(after.detail.get("pids", []), self._sleep, before_mib=after.detail.get("gpu_before_mib"))
         self.record.emit(
             "restart",
             number,
