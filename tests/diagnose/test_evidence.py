@@ -14,9 +14,8 @@ import pytest
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
 from trainbox.diagnose import evidence
 from trainbox.diagnose.causes import Cause, classify
-from trainbox.diagnose.window import Window
+from trainbox.diagnose.window import IDLE_CPU_CORES, Window
 from trainbox.system import gpu_memory, proctree
-
 
 SLEEPING_TREE = """
 import os, time
@@ -144,6 +143,30 @@ def test_a_cache_grown_by_others_leaves_a_sleeping_tree_idle(tree: Tree, tmp_pat
     assert shared.files > 5
     assert window.compile_progress() == ()
     assert window.idle_for_s() > 1.0
+
+
+def test_a_cache_grown_by_others_is_not_a_spinning_trees_compile(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 33 item 10: a tree that uses CPU (a spin, a CUDA sync spinning on a hung GPU) while another program
+    writes a shared cache is not compiling: the growth is not this tree's (its write counters did not grow as much,
+    none of its processes has the cache open, it runs no compiler)."""
+    env = dict(os.environ, MIOPEN_CUSTOM_CACHE_DIR=str(tmp_path / "shared"))
+    # Started first: a child of this test started after the root would be taken for an orphan the tree adopted.
+    other = tree.python(
+        "import os, sys, time\nfor n in range(100000):\n"
+        "    os.makedirs(sys.argv[1], exist_ok=True); open(os.path.join(sys.argv[1], f'k{n}'), 'wb').write(b'x' * 4096)\n"
+        "    time.sleep(0.2)",
+        str(tmp_path / "shared"),
+    )
+    child = tree.python("print('ready', flush=True)\nwhile True: pass")
+    wait_for_line(child, "ready")
+    window = watch(child.pid, 3, env=env)
+    shared = next(c for c in window.last.caches if c.var == "MIOPEN_CUSTOM_CACHE_DIR")  # type: ignore[union-attr]
+    assert shared.files > 5 and other.poll() is None
+    assert window.compile_progress() == (), "another program's kernels are not this tree's progress"
+    assert sum(window.cpu_cores().values()) > IDLE_CPU_CORES, (
+        "the tree used more CPU than an idle one"
+    )
+    assert classify(window, {}, child.pid).cause is not Cause.KERNEL_COMPILE
 
 
 def test_a_cache_too_big_to_count_still_shows_growth(tmp_path: Path) -> None:
