@@ -163,9 +163,7 @@ def test_a_cache_grown_by_others_is_not_a_spinning_trees_compile(tree: Tree, tmp
     shared = next(c for c in window.last.caches if c.var == "MIOPEN_CUSTOM_CACHE_DIR")  # type: ignore[union-attr]
     assert shared.files > 5 and other.poll() is None
     assert window.compile_progress() == (), "another program's kernels are not this tree's progress"
-    assert sum(window.cpu_cores().values()) > IDLE_CPU_CORES, (
-        "the tree used more CPU than an idle one"
-    )
+    assert sum(window.cpu_cores().values()) > IDLE_CPU_CORES, "the tree used more CPU than an idle one"
     assert classify(window, {}, child.pid).cause is not Cause.KERNEL_COMPILE
 
 

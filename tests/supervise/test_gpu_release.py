@@ -14,7 +14,6 @@ import pytest
 
 from tests.smi import H100, install, recorded
 from trainbox.supervise import gpu_release
-from trainbox.system import gpu_memory
 
 
 def tool(bin_dir: Path, name: str, script: str) -> None:
@@ -73,14 +72,14 @@ def test_waits_until_the_killed_pids_hold_no_memory(bin_dir: Path, tmp_path: Pat
 
 def test_in_a_container_the_devices_memory_stands_in_for_the_killed_pids(bin_dir: Path, killed: int) -> None:
     """Issue 33 item 11: the real H100 answers name the training process by its host pid (4230), which is no process
-    here. The wait must not call that "released" while 10,551 MiB are used: it waits until the device is back at
-    its level before the attempt (here 0: the recording's idle moments)."""
+    here. The wait must not call that "released" while 10,551 MiB are used: it waits until the device is back under
+    512 MiB (no level before the attempt given) in the recording's idle moments."""
     busy = recorded(H100 / "training-queries.txt")[3]
     idle = recorded(H100 / "idle-queries.txt")[0]
     assert busy.used_mib == 10551 and busy.processes[0][0] == 4230 and idle.used_mib == 0
     install(bin_dir, [busy, busy, idle])
     slept: List[float] = []
-    result = gpu_release.wait([killed], no_sleep(slept), before_mib=0)
+    result = gpu_release.wait([killed], no_sleep(slept))
 
     assert result["gpu_release"] == "released", result
     assert slept == [gpu_release.POLL_S, gpu_release.POLL_S], "two looks saw the 10,551 MiB still used"
@@ -105,7 +104,7 @@ def test_gives_up_after_its_limit_and_says_what_is_held(bin_dir: Path, killed: i
 
 
 def test_without_a_gpu_tool_there_is_nothing_to_wait_for(bin_dir: Path) -> None:
-    assert gpu_memory.read(1.0) is None and gpu_release.baseline() is None
+    assert gpu_release.baseline() is None
     assert gpu_release.wait([os.getpid()], no_sleep([]))["gpu_release"] == "no GPU tool answered: nothing to wait for"
 
 

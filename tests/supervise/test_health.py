@@ -180,6 +180,25 @@ def test_a_frozen_supervisor_is_ended_with_its_stacks_and_its_child(tmp_path: Pa
         assert assert_ended(proc, tmp_path, child_pid, health, "supervisor.py") == "T"  # stopped
 
 
+def stepped_clock(run_dir: Path, seconds: float) -> None:
+    """state.json as a supervisor wrote it before the wall clock was stepped by ``seconds`` (an NTP step): every
+    time in it read from the wall clock is ``seconds`` behind what the clock now says of the same moment."""
+    path = RunDir(run_dir).state
+    written = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v - seconds if k.endswith("_ts") and v else v for k, v in written.items()}))
+
+
+def test_a_clock_step_does_not_hide_a_hung_supervisor(tmp_path: Path) -> None:
+    """Issue 33 item 12: the supervisor was named by its start time on the wall clock, 0.5 s of tolerance; after a
+    1 s step a hung supervisor was never recognised and never ended. Start ticks and the boot id do not move."""
+    with supervised(tmp_path) as proc:
+        child_pid = running_state(tmp_path)["child_pid"]
+        proc.send_signal(signal.SIGSTOP)
+        stepped_clock(tmp_path, 1.0)
+        health = act_until_it_acts(tmp_path, timeout=HUNG_AFTER_S + 30)
+        assert assert_ended(proc, tmp_path, child_pid, health, "supervisor.py") == "T"
+
+
 def test_a_supervisor_blocked_in_a_wait_is_ended(tmp_path: Path) -> None:
     with supervised(tmp_path, env={"TRAIN_FAULT": "wait@supervisor,hangs=0,step>=50"}) as proc:
         child_pid = running_state(tmp_path)["child_pid"]

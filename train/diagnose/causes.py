@@ -528,7 +528,7 @@ def _gpu_busy_while_idle(facts: _Facts) -> Optional[Diagnosis]:
 
 
 def _tree_idle(facts: _Facts) -> bool:
-    return facts.window.idle_for_s() > 0 or bool(facts.cores and sum(facts.cores.values()) < IDLE_CPU_CORES)
+    return facts.window.idle_for_s() > 0 or bool(facts.demand and sum(facts.demand.values()) < IDLE_CPU_CORES)
 
 
 def _idle(facts: _Facts) -> Optional[Diagnosis]:

@@ -15,7 +15,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox.diagnose.evidence import CacheSample, ProcSample, Sample
 
-#: The whole tree is idle below this many cores of CPU (10 % of one core): a deadlocked trainer still
+#: The whole tree is idle below this many cores of CPU demand (10 % of one core): a deadlocked trainer still
 #: runs a few timer and watchdog threads (tqdm's monitor, torch's pin-memory thread), never more.
 IDLE_CPU_CORES = 0.1
 #: ... and below this rate of I/O (read + written characters, all processes): a beat-less child
@@ -99,9 +99,14 @@ def compiling(change: Interval, after: Sample) -> List[ProcSample]:
 
 
 def is_idle(change: Interval, after: Sample) -> bool:
-    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing."""
+    """The whole tree wanted under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing.
+
+    Wanted, not used: CPU demand (time on a CPU and waiting for one, :attr:`Interval.demand_s`). On a loaded machine
+    a process that works gets a fraction of a core (on 2 cores at a load of 20, a torch import ran at 8.6 %) and was
+    taken for idle; a sleeping one wants nothing either way.
+    """
     return (
-        sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
+        sum(change.demand_s.values()) / change.seconds < IDLE_CPU_CORES
         and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
         and not change.cache_growth
         and not compiling(change, after)
