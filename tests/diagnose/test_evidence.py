@@ -15,7 +15,7 @@ from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  
 from trainbox.diagnose import evidence
 from trainbox.diagnose.causes import Cause, classify
 from trainbox.diagnose.window import IDLE_CPU_CORES, Window
-from trainbox.system import gpu_memory, proctree
+from trainbox.system import proctree
 
 SLEEPING_TREE = """
 import os, time
@@ -205,13 +205,11 @@ def test_gpu_tools_are_asked_within_a_time_limit(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(evidence, "GPU_TIMEOUT_S", 0.5)
     me, name = os.getpid(), Path("/proc/self/comm").read_text().strip()  # a process here, as the tool names it
     stand_in_tool(tmp_path, "nvidia-smi", f'case "$1" in --query-compute-apps*) echo "{me}, {name}, 2048";; *) echo 37;; esac\n')
-    assert gpu_memory.read(0.5) == gpu_memory.GpuMemory("nvidia-smi", {me: 2048}, None)
     poller = evidence._GpuPoller()
     assert poller.poll(100.0) == {"source": "nvidia-smi", "memory_mib": {me: 2048}, "utilisation_pct": [37]}
 
     stand_in_tool(tmp_path, "nvidia-smi", "exec sleep 30\n")  # a driver that no longer answers
     started = time.monotonic()
-    assert gpu_memory.read(0.5) is None
     hung = evidence._GpuPoller()
     assert "no answer within 0.5 s" in hung.poll(100.0)["error"]  # type: ignore[index]
     assert hung.poll(200.0) == hung.poll(300.0) and hung.given_up  # not asked again

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -72,6 +73,10 @@ def test_pids_of_this_machine_are_counted_per_process(bin_dir: Path, sleeper: su
     assert gpu_memory.read(3.0) == GpuMemory("nvidia-smi", {sleeper.pid: 10540}, None)
 
 
-def test_without_a_tool_nothing_is_known(bin_dir: Path) -> None:
+def test_without_a_tool_or_its_answer_nothing_is_known(bin_dir: Path) -> None:
     assert gpu_memory.read(1.0) is None and gpu_memory.device_used_mib(1.0) is None
     assert os.environ["PATH"].startswith(str(bin_dir))
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 30\n")  # a driver that no longer answers
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    started = time.monotonic()
+    assert gpu_memory.read(0.5) is None and time.monotonic() - started < 10
