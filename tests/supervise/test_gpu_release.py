@@ -13,6 +13,7 @@ from typing import Callable, Iterator, List
 import pytest
 
 from tests.smi import H100, install, recorded
+from tests.supervised import wait_for
 from trainbox.supervise import gpu_release
 
 
@@ -39,6 +40,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def killed() -> Iterator[int]:
     """A process of this machine standing in for the killed tree's (the tools list it as ``sleep``)."""
     proc = subprocess.Popen(["sleep", "600"])
+    wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().strip() == "sleep", 30, "the exec of sleep")
     yield proc.pid
     proc.kill()
     proc.wait()

@@ -13,6 +13,7 @@ import pytest
 
 from tests.paths import FIXTURES
 from tests.smi import H100, install, recorded
+from tests.supervised import wait_for
 from trainbox.system import gpu_memory
 from trainbox.system.gpu_memory import GpuMemory, GpuProcess
 
@@ -32,6 +33,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen]:
     proc = subprocess.Popen(["sleep", "600"])
+    wait_for(lambda: Path(f"/proc/{proc.pid}/comm").read_text().strip() == "sleep", 30, "the exec of sleep")
     yield proc
     proc.kill()
     proc.wait()
