@@ -76,12 +76,15 @@ SAMPLE_OBJECTS = _objects(
     ts=_times(),
     silences=st.dictionaries(st.text(max_size=6), hostile.json_objects(("s", "budget", "budget_s")), max_size=3),
 )
-BEAT_OBJECTS = _objects(tuple(BEAT.fields), ts=_times(), rank=st.integers(min_value=-2, max_value=10**12))
+#: Numbers at the edges a reader may overflow on: a pid past what the kernel hands out, a rank past any node.
+EDGES = st.one_of(st.integers(), st.sampled_from([0, 2**22, 2**22 + 1, 2**31, 2**63 - 1, 2**63, 10**30]))
+BEAT_OBJECTS = _objects(tuple(BEAT.fields), ts=_times(), rank=EDGES, pid=EDGES, local_world_size=EDGES)
 STATE_OBJECTS = _objects(
     tuple(state.STATE.fields),
     state=st.sampled_from([s.value for s in state.State]),
     budget=hostile.json_objects(("name", "seconds")),
     updated_ts=_times(),
+    supervisor_pid=EDGES,
 )
 
 
@@ -140,6 +143,7 @@ def _assert_typed(record: Mapping[str, Any], kinds: Mapping[str, Callable[[Any],
 
 WHOLE = lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= 0  # noqa: E731
 TEXT = lambda value: isinstance(value, str)  # noqa: E731
+PID = lambda value: WHOLE(value) and 0 < value <= records.MAX_PID  # noqa: E731
 TIME = lambda value: _number(value) and 0 <= value < records.MAX_TIMESTAMP  # noqa: E731
 
 
@@ -156,9 +160,7 @@ def _check_state(run: RunDir) -> None:
     found, why = state.read(run.state)
     assert (found is None) == bool(why)
     if found is not None:
-        _assert_typed(
-            found, {"state": TEXT, "supervisor_pid": WHOLE, "updated_ts": TIME, "budget": lambda v: isinstance(v, dict)}
-        )
+        _assert_typed(found, {"state": TEXT, "supervisor_pid": PID, "updated_ts": TIME, "budget": lambda v: isinstance(v, dict)})
     health.check(run.root, now=1.8e9)
 
 
@@ -172,7 +174,7 @@ def _check_samples(run: RunDir) -> None:
 def _check_beats(run: RunDir) -> None:
     beat = records.read_beat(run.files, run.heartbeat)
     if beat is not None:
-        _assert_typed(beat, {"epoch": WHOLE, "local_world_size": lambda v: WHOLE(v) and v <= records.MAX_LOCAL_RANKS})
+        _assert_typed(beat, {"epoch": WHOLE, "pid": PID, "local_world_size": lambda v: WHOLE(v) and v <= records.MAX_LOCAL_RANKS})
     beats = ranks.JobBeats(run, BudgetPolicy(startup_s=10, stall_s=5, factor=3, floor_s=1, min_samples=2), started=0.0)
     for now in (1.0, 2.0):
         beats.poll(now)

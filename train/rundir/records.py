@@ -48,6 +48,8 @@ MAX_SECONDS = 1e9
 MAX_WHOLE = 2**63 - 1
 #: An exit status: within a C int.
 MAX_EXIT_CODE = 2**31
+#: The largest pid Linux hands out (``PID_MAX_LIMIT``, 4 Mi): a larger one is no process (os.kill and psutil overflow).
+MAX_PID = 4 * 1024 * 1024
 #: The characters of a text field that are kept (an evidence line is under 300).
 MAX_TEXT = 4096
 #: Nesting a field no schema names may have (a beat's metrics are flat; deeper is kept out of every dump).
@@ -102,6 +104,18 @@ def positive(value: Any) -> Any:
 def whole(value: Any) -> Any:
     """A whole number from 0 (a pid, a step, a rank, an attempt)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_WHOLE else UNUSABLE
+
+
+def pid(value: Any) -> Any:
+    """A process id: a whole number from 1 to MAX_PID."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PID else UNUSABLE
+
+
+def pids(value: Any) -> Any:
+    """A list of process ids (``sigkilled``); items that are not are left out."""
+    if not isinstance(value, list):
+        return UNUSABLE
+    return [item for item in (pid(item) for item in value) if item is not UNUSABLE]
 
 
 def exit_code(value: Any) -> Any:
@@ -274,7 +288,7 @@ def _local_world_size(value: Any) -> Any:
 BEAT = Schema(
     {
         "ts": timestamp,
-        "pid": whole,
+        "pid": pid,
         "phase": text,
         "timeout": positive,
         "step": whole,

@@ -20,6 +20,7 @@ from trainbox.rundir.records import (
     Schema,
     exit_code,
     files_of,
+    pid,
     read_record,
     seconds,
     table,
@@ -109,7 +110,7 @@ MAX_STATE_BYTES = 1 << 20
 STATE = Schema(
     {
         "state": text,
-        "supervisor_pid": whole,
+        "supervisor_pid": pid,
         "supervisor_started_ts": timestamp,
         "supervisor_start_ticks": whole,
         "boot_id": text,
@@ -119,7 +120,7 @@ STATE = Schema(
         "quiet_until_ts": timestamp,
         "attempt": whole,
         "profile": text,
-        "child_pid": whole,
+        "child_pid": pid,
         "launched_ts": timestamp,
         "budget": Schema({"name": text, "seconds": seconds}),
         "silent_s": seconds,
