@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import psutil
 import pytest
@@ -14,7 +14,7 @@ import pytest
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
 from trainbox.diagnose import evidence
 from trainbox.diagnose.causes import Cause, classify
-from trainbox.diagnose.window import IDLE_CPU_CORES, Window
+from trainbox.diagnose.window import IDLE_CPU_CORES, Window, interval
 from trainbox.system import proctree
 
 SLEEPING_TREE = """
@@ -214,3 +214,24 @@ def test_gpu_tools_are_asked_within_a_time_limit(tmp_path: Path, monkeypatch: py
     assert "no answer within 0.5 s" in hung.poll(100.0)["error"]  # type: ignore[index]
     assert hung.poll(200.0) == hung.poll(300.0) and hung.given_up  # not asked again
     assert time.monotonic() - started < 10
+
+
+def _sample(ts: float, written: int, cache_bytes: int, opened: Tuple[int, ...] = ()) -> evidence.Sample:
+    proc = evidence.ProcSample(
+        pid=7, ppid=1, started=1.0, name="python", cmdline="python train.py", cpu_s=ts, demand_s=ts, state="R",
+        threads={"R": 1}, wchan="", blocked=(), io_chars=written, io_disk=0, compiler=False, io_written=written,
+    )  # fmt: skip
+    cache = evidence.CacheSample("MIOPEN_CUSTOM_CACHE_DIR", "/c", cache_bytes // 4096, cache_bytes, ts, False, opened)
+    return evidence.Sample(ts=ts, procs=(proc,), caches=(cache,), gpu=None, cost_s=0.0)
+
+
+@pytest.mark.parametrize(
+    "written, opened, ours",
+    [(0, (), False), (4096, (), False), (8192, (), True), (0, (7,), True)],
+    ids=["wrote-nothing", "wrote-less", "wrote-as-much", "has-it-open"],
+)
+def test_a_caches_growth_is_the_trees_only_when_the_tree_wrote_it(written: int, opened: Tuple[int, ...], ours: bool) -> None:
+    """Issue 33 item 10, the rule alone: 8 KiB more in the cache, a tree at a full core (a spin) that wrote ``written``
+    characters or holds a file there open."""
+    change = interval(_sample(0.0, 0, 0), _sample(1.0, written, 8192, opened))
+    assert bool(change.cache_growth) is ours

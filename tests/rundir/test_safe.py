@@ -21,7 +21,7 @@ from tests.paths import REPO
 from tests.rundir import hostile
 from tests.rundir.hostile import KINDS, Kind, Scene, assert_bounded, plant, put, scene
 from trainbox.rundir.layout import RunDir
-from trainbox.rundir.safe import Open, Refusal, RunFiles, names
+from trainbox.rundir.safe import Open, Refusal, RunFiles, names, temporaries
 
 #: Generous bounds for a few operations on one hostile entry: a correct one takes milliseconds and a few MiB;
 #: a FIFO opened the blocking way never returns, and a 1 GiB file read whole needs 1 GiB.
@@ -566,3 +566,46 @@ def test_nothing_but_rundir_safe_opens_a_run_directory_path() -> None:
             if not any(mark in comment for mark in EXCEPTION_MARKS for comment in comments):
                 found.append(f"train/{path.relative_to(package)}:{node.lineno}: {operation}")
     assert not found, "file operations outside trainbox.rundir.safe:\n" + "\n".join(found)
+
+
+def test_move_over_replaces_a_file_or_a_link_never_a_folder(hostile_scene: Scene) -> None:
+    """A staged checkpoint renamed over ``last.pt``: a link there is replaced, not written through."""
+    files = RunFiles(hostile_scene.run)
+    weights = hostile_scene.run / "train" / "weights"
+    assert files.replace(weights / ".staging" / "last.pt", b"new") is None
+    plant(weights / "last.pt", Kind.SYMLINK_TO_FILE, hostile_scene.outside)
+    assert files.move_over(weights / ".staging" / "last.pt", weights / "last.pt") is None
+    assert (weights / "last.pt").read_bytes() == b"new" and not (weights / "last.pt").is_symlink()
+    assert files.replace(weights / ".staging" / "best.pt", b"x") is None
+    plant(weights / "best.pt", Kind.FOLDER, hostile_scene.outside)
+    assert files.move_over(weights / ".staging" / "best.pt", weights / "best.pt") is Refusal.DIRECTORY
+    hostile_scene.assert_outside_intact()
+
+
+def test_remove_folder_takes_only_an_empty_folder_of_its_name(hostile_scene: Scene) -> None:
+    files = RunFiles(hostile_scene.run)
+    own = re.compile(r"\.x\.partial")
+    assert files.make_dirs("incidents/.x.partial/stacks") is None
+    assert files.remove_folder("incidents/.x.partial", own) is Refusal.DIRECTORY, "not empty"
+    assert files.remove_folder("incidents/.x.partial/stacks", names("stacks")) is None
+    assert files.remove_folder("incidents/.x.partial", own) is None and not (hostile_scene.run / "incidents/.x.partial").exists()
+    plant(hostile_scene.run / "incidents" / ".x.partial", Kind.SYMLINK_TO_FOLDER, hostile_scene.outside)
+    assert files.remove_folder("incidents/.x.partial", own) is Refusal.SYMLINK
+    assert files.remove_folder("incidents/other", own) is Refusal.NOT_ALLOWED
+    hostile_scene.assert_outside_intact()
+
+
+def test_temporaries_are_the_leftovers_and_not_the_file(hostile_scene: Scene) -> None:
+    leftovers = b"{}"
+    weights = hostile_scene.run / "train" / "weights"
+    for name in ("midepoch.pt", ".midepoch.pt.k2j4x_9a.tmp", ".midepoch.pt.short.tmp"):
+        put(weights / name, leftovers)
+    cleared = RunFiles(hostile_scene.run).clear(weights, temporaries("midepoch.pt"))
+    assert cleared.removed == 1 and sorted(os.listdir(weights)) == [".midepoch.pt.short.tmp", "midepoch.pt"]
+
+
+def test_a_span_and_a_streamed_write(tmp_path: Path) -> None:
+    files = RunFiles(tmp_path)
+    assert files.replace_with("stacks/42.txt", lambda handle: handle.write(b"old dump\nnew dump\n")) is None
+    assert files.read_span("stacks/42.txt", 9, 4).value == b"new " and files.read_span("stacks/42.txt", 9, 4).truncated
+    assert files.read_span("stacks/42.txt", 9, 100).value == b"new dump\n"
