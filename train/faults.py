@@ -120,6 +120,25 @@ def hang_with_setsid_grandchild() -> None:
     hang_sleep()
 
 
+def hang_native_spin() -> None:
+    """Burn a core in native code that let go of the GIL (torch's matrix product, one thread): no progress."""
+    import torch
+
+    torch.set_num_threads(1)
+    matrix = torch.randn(400, 400)
+    while True:
+        torch.mm(matrix, matrix)
+
+
+#: The file :func:`hang_in_slow_read` reads (a FIFO another program trickles into: a slow network filesystem).
+READ_ENV = "TRAIN_FAULT_READ"
+
+
+def hang_in_slow_read() -> None:
+    """Read ``$TRAIN_FAULT_READ`` to its end, as a dataset reads an image from a slow disk (it trickles in)."""
+    Path(os.environ[READ_ENV]).read_bytes()  # not the run directory: the test's slow "disk"
+
+
 def hang_in_dataloader() -> None:
     """A real torch DataLoader whose two forked workers block in ``__getitem__``: the main thread waits on them."""
     import torch.utils.data
@@ -215,6 +234,8 @@ KINDS: Dict[str, Callable[[], None]] = {
     "sigkill": sigkill_self,
     "finish-during-incident": finish_during_incident,
     "loader": hang_in_dataloader,
+    "native": hang_native_spin,
+    "slowread": hang_in_slow_read,
     "cc": compile_with_cc,
     "cache": compile_into_inductor_cache,
 }

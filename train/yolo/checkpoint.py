@@ -135,6 +135,7 @@ def publish(staging: Path, weights: Path, epoch: int) -> None:
         if refused is not None:
             raise CheckpointError(f"{refused.line(weights / name)}: the checkpoint cannot be put there; move it away")
     files.clear(staging, STAGED)
+    files.remove_folder(staging, names(STAGING_DIR))
 
 
 def strip_atomic(path: Path, updates: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
