@@ -13,8 +13,10 @@
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
   that registered one (see :func:`trainbox.heartbeat.install_stack_dump`);
-* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd/DRM messages, GPU resets
-  and hung tasks, from :mod:`trainbox.system.gpu_state`), ``gpu.txt`` (rocm-smi or nvidia-smi, when present).
+* ``heartbeat.json`` (the last beat, or the last counter read from the output), ``output-tail.txt`` (the
+  output's last display lines as a terminal shows them: a progress bar's last state), ``kernel.txt``
+  (amdgpu/kfd/DRM messages, GPU resets and hung tasks, from :mod:`trainbox.system.gpu_state`), ``gpu.txt``
+  (rocm-smi or nvidia-smi, when present).
 
 The directory is assembled under a temporary name and renamed when complete;
 an existing report is never replaced. Everything is written through
@@ -190,7 +192,7 @@ def write_incident(
     tree: proctree.ProcessTree,
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
-    output_tail: bytes,
+    output_tail: str,
     samples: Sequence[Dict[str, Any]] = (),
     diagnose: Optional[Diagnose] = None,
 ) -> Dict[str, Any]:
@@ -240,7 +242,7 @@ def _assemble(
     tree: proctree.ProcessTree,
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
-    output_tail: bytes,
+    output_tail: str,
     started: float,
     samples: Sequence[Dict[str, Any]],
     diagnose: Optional[Diagnose],
@@ -264,9 +266,9 @@ def _assemble(
         staging.kernel: gpu.kernel,
         staging.gpu: gpu.smi,
         staging.evidence: json.dumps(list(samples), indent=1, sort_keys=True, default=str),
+        staging.output_tail: output_tail,
     }
     size += sum(_put(files, path, text.encode(errors="replace")) for path, text in written.items())
-    size += _put(files, staging.output_tail, output_tail)
 
     summary = dict(reason)
     if diagnose is not None:

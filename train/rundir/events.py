@@ -52,8 +52,9 @@ from trainbox.rundir.safe import Refusal
 #: give_up: the restart budget is spent, the same stall came back, or the child is misconfigured; device: the
 #: child's first beat that carries ``device`` (the device it found and what it decided for it), once per attempt;
 #: supervisor_hung: ``health --act`` found the supervisor itself hung and ended it (written by the health check,
-#: :mod:`trainbox.supervise.watchdog`).
-EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung")
+#: :mod:`trainbox.supervise.watchdog`); notify_failed: a ``--notify`` command could not start, failed, ran out of
+#: time or an event was dropped (``kind``, ``line``), once per kind (:mod:`trainbox.supervise.notify`).
+EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung", "notify_failed")
 
 
 class Cause(str, Enum):
@@ -145,15 +146,24 @@ class EventLog:
         self.files, self.name = files_of(self.path)
 
     def emit(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
-        """Append one record; raises HistoryRefused (refused file) or OSError (a full disk: the machine's error)."""
+        """Append one record and return it; raises HistoryRefused (refused file) or OSError (a full disk)."""
+        record = self.record(event, attempt, **fields)
+        self.append(record)
+        return record
+
+    @staticmethod
+    def record(event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
+        """The record ``emit`` writes, made but not written (ValueError for a name not in EVENTS)."""
         if event not in EVENTS:
             raise ValueError(f"unknown event {event!r}")
-        record = {"ts": round(time.time(), 3), "event": event, "attempt": attempt, **fields}
+        return {"ts": round(time.time(), 3), "event": event, "attempt": attempt, **fields}
+
+    def append(self, record: Dict[str, Any]) -> None:
+        """One line, one ``write`` on an ``O_APPEND`` descriptor, fsynced (threads may append at once)."""
         line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
         refused = self.files.append(self.name, line, fsync=True)
         if refused is not None:
             raise HistoryRefused.at(self.path, refused)
-        return record
 
 
 def history(path: Path) -> Records:

@@ -293,7 +293,9 @@ BEAT = Schema(
         "timeout": positive,
         "step": whole,
         "epoch": whole,
+        "epochs": whole,
         "batch": whole,
+        "batches": whole,
         "imgs_per_s": number,
         "loss": number,
         "rank": whole,
@@ -301,6 +303,7 @@ BEAT = Schema(
         "world_size": whole,
         "local_world_size": _local_world_size,
         "device": table(plain),
+        "pattern": text,
     }
 )
 

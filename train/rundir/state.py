@@ -126,6 +126,7 @@ STATE = Schema(
         "silent_s": seconds,
         "last_progress_ts": timestamp,
         "heartbeat": BEAT,
+        "progress_source": text,
         "learned": table(seconds),
         "next_attempt_ts": timestamp,
         "restarts": whole,

@@ -24,6 +24,13 @@ the container exits 137 and Docker's ``restart: on-failure:3`` starts it
 again; the new supervisor resumes from ``last.pt``. A hang is thus ended
 within ``hung_after_s`` plus one health interval.
 
+A hung supervisor cannot tell anyone, so ``health --act`` sends the ``supervisor_hung`` notification itself,
+with its own ``--notify``/``--notify-on`` (or ``$TRAINBOX_NOTIFY``/``$TRAINBOX_NOTIFY_ON``, which compose
+gives the container's health check): never a command read from the run directory, which anything in the run
+may have written. It waits for the notifier (:data:`trainbox.supervise.notify.CLOSE_S` at most) *before* the
+SIGKILL, because in a container that kill ends the health check too; that keeps the whole act within the
+health check's 20 s timeout (a test adds the bounds up).
+
 state.json comes typed (:func:`trainbox.rundir.state.read`), and everything this
 module reads or writes in the run directory goes through :mod:`trainbox.rundir.safe`:
 a stack dump that is a FIFO or a link is no dump, a report that cannot be written
@@ -32,23 +39,22 @@ is none (the kill matters more).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
 from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S, read_new_dump
 from trainbox.heartbeat import STACK_DUMP_SIGNAL
 from trainbox.rundir import state as state_file
-from trainbox.rundir.events import EventLog, HistoryRefused
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State, state_of
-from trainbox.supervise import watchdog
+from trainbox.supervise import notify, watchdog
+from trainbox.supervise.record import Record
 from trainbox.supervise.settings import HUNG_AFTER
 from trainbox.system import proctree
 
@@ -102,10 +108,18 @@ def _promise_broken(state: Mapping[str, Any], now: float) -> bool:
     return now > max(state.get("updated_ts") or 0.0, state.get("quiet_until_ts") or 0.0) + _bound(state)
 
 
-def check(run_dir: Path, now: float = 0.0, act: bool = False) -> Tuple[bool, str]:
+@dataclass(frozen=True)
+class Notify:
+    """Whom ``health --act`` tells of a hang: ``--notify``'s words (none: nobody) and ``--notify-on``'s events."""
+
+    command: Sequence[str] = ()
+    events: FrozenSet[str] = notify.DEFAULT_EVENTS
+
+
+def check(run_dir: Path, now: float = 0.0, act: bool = False, tell: Notify = Notify()) -> Tuple[bool, str]:
     """(healthy, one line saying why). A state.json that is not the supervisor's (hand-edited) is unhealthy.
 
-    With ``act``, a hung supervisor is ended (:func:`end`) and the line says so.
+    With ``act``, a hung supervisor is ended (:func:`end`, telling ``tell``) and the line says so.
     """
     now = now or time.time()
     run = RunDir(Path(run_dir))
@@ -116,7 +130,7 @@ def check(run_dir: Path, now: float = 0.0, act: bool = False) -> Tuple[bool, str
         pid = state.get("supervisor_pid")
         hang = hung(state, now, pid is not None and watchdog.same_process(state, pid))
         if hang is not None:
-            return False, end(run, hang)
+            return False, end(run, hang, tell)
     return _judge(state, now)
 
 
@@ -170,10 +184,10 @@ def _stack_dump(run: RunDir, pid: int) -> Tuple[str, str]:
     return "", f"no faulthandler dump within {FAULTHANDLER_WAIT_S:.0f} s"
 
 
-def end(run: RunDir, hang: Hang) -> str:
+def end(run: RunDir, hang: Hang, tell: Notify = Notify()) -> str:
     """End a hung supervisor (see the module's docstring); return the one line that says what was done.
 
-    Everything is written before the SIGKILL: in a container that kill ends this process too.
+    Everything is written, and told, before the SIGKILL: in a container that kill ends this process too.
     """
     kernel = proctree.kernel_state(hang.pid)
     stacks, how = _stack_dump(run, hang.pid)
@@ -195,9 +209,12 @@ def end(run: RunDir, hang: Hang) -> str:
         if run.files.replace(report, f"{header}\n{stacks or 'no stacks: ' + how}\n".encode(errors="replace")) is not None:
             incident = None  # refused (a link, a folder there): the kill matters more than the report
     except OSError:
-        incident = None  # a full disk: the same
-    with contextlib.suppress(OSError, HistoryRefused):
-        EventLog(run.events).emit("supervisor_hung", hang.attempt, incident=incident, **evidence)
+        incident = None  # a full disk: the kill matters more than the report
+    record = Record(run)
+    notifier = notify.attach(record, tell.command, tell.events, lambda: hang.attempt) if tell.command else None
+    record.emit_best_effort("supervisor_hung", hang.attempt, incident=incident, **evidence)
+    if notifier is not None:
+        notifier.close(notify.CLOSE_S)
     try:
         os.kill(hang.pid, signal.SIGKILL)
     except OSError as exc:

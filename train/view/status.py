@@ -3,7 +3,9 @@
 Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls and the last one's cause),
 ``heartbeat.json`` (epoch, batch, throughput; under torchrun the lowest rank's
 ``heartbeats/rank-<rank>.json``) and Ultralytics' ``args.yaml``
-(epochs, batch size); the ETA counts training batches only.
+(epochs, batch size); the ETA counts training batches only. A child that does not beat has
+no heartbeat file: its progress is the counter the supervisor read from its output, which
+``state.json`` carries as ``heartbeat`` (with the ``pattern`` that read it).
 
 Every file comes through :mod:`trainbox.rundir.safe` and typed (:mod:`trainbox.rundir.records`): what cannot be
 used is left out and said on a ``note`` line (``events.jsonl: 2 unusable line(s) skipped``), never a traceback.
@@ -102,7 +104,11 @@ def read(run_dir: Path) -> Progress:
     """Collect a run directory's files; a directory that is not a run is a UserError."""
     if not run_dir.is_dir():  # not the run directory: its root, the user's own path (a link there is the user's)
         raise UserError(f"run directory {run_dir} not found: pass --run-dir or start a run with `invoke train`")
-    run = RunDir(run_dir)
+    return snapshot(RunDir(run_dir))
+
+
+def snapshot(run: RunDir) -> Progress:
+    """The run directory's files as they are now, typed; whatever is missing or refused is simply not there."""
     args = _train_args(run)
     state, why = state_file.read(run.state)
     history = events_file.history(run.events)
@@ -110,9 +116,11 @@ def read(run_dir: Path) -> Progress:
     notes = [note for note in [history.note(run.events.name)] if note]
     if state is None and "unreadable" in why:
         notes.append(why)
+    state = state or {}
+    published = state.get("heartbeat") or {}  # the supervisor's last progress: a counter read from the output, if no beat
     return Progress(
-        state=state or {},
-        beat=_lowest_rank_beat(run) or read_beat(run.files, run.heartbeat) or {},
+        state=state,
+        beat=_lowest_rank_beat(run) or read_beat(run.files, run.heartbeat) or published,
         events=history.records,
         epochs=args["epochs"],
         batch_size=args["batch"],
@@ -157,6 +165,22 @@ def deadline_verdict(deadline: datetime.datetime, finish_ts: Optional[float], fi
     return f"{deadline:%Y-%m-%d %H:%M}: {'finished' if finished else 'expected finish'} {finish:%H:%M}, {verdict}"
 
 
+def _number(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _place(beat: Dict[str, Any], progress: Progress) -> str:
+    """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat), or ``step 1200``."""
+    if "epoch" not in beat and "batch" not in beat and "step" in beat:
+        return f"step {beat['step']}"
+    epochs = progress.epochs or beat.get("epochs")
+    per_epoch = progress.batches_per_epoch or _number(beat.get("batches"), 0)
+    return (
+        f"epoch {beat.get('epoch', '?')}{f'/{epochs}' if epochs else ''}, "
+        f"batch {beat.get('batch', '?')}{f'/{per_epoch:.0f}' if per_epoch else ''}"
+    )
+
+
 def render(
     run_dir: Path,
     progress: Progress,
@@ -168,15 +192,14 @@ def render(
     now = time.time() if now is None else now
     beat = progress.beat
     lines = [f"run       {run_dir}"]
-    attempt = progress.state.get("attempt")
-    lines.append(f"state     {progress.state.get('state', 'unknown')}" + (f" (attempt {attempt})" if attempt is not None else ""))
+    attempt = [f"attempt {progress.state['attempt']}"] if "attempt" in progress.state else []
+    rung = [f"profile {progress.state['profile']}"] if progress.state.get("profile") else []  # a profile or a ladder's rung
+    lines.append(f"state     {progress.state.get('state', 'unknown')}" + (f" ({', '.join(attempt + rung)})" if attempt else ""))
     if beat:
-        epochs = f"/{progress.epochs}" if progress.epochs else ""
-        per_epoch = progress.batches_per_epoch
-        batches = f"/{per_epoch:.0f}" if per_epoch else ""
+        source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
         lines.append(
-            f"progress  epoch {beat.get('epoch', '?')}{epochs}, batch {beat.get('batch', '?')}{batches}, "
-            f"phase {beat.get('phase', '?')}, last beat {duration(now - beat.get('ts', now))} ago"
+            f"progress  {_place(beat, progress)}, phase {beat.get('phase', '?')}, "
+            f"last beat {duration(now - _number(beat.get('ts'), now))} ago{source}"
         )
         if beat.get("imgs_per_s"):
             lines.append(f"speed     {beat['imgs_per_s']} img/s")
