@@ -190,7 +190,7 @@ def report(repeat: int, tallies: Dict[str, Tally], rows: List[Dict[str, Any]], l
     ]
     for cause, tally in tallies.items():
         scenarios = sorted({row["scenario"] for row in live if row["expected"] == cause})
-        shown = ", ".join(scenarios) + (f"; {tally.recorded} recorded" if tally.recorded else "")
+        shown = "; ".join([", ".join(scenarios)] * bool(scenarios) + [f"{tally.recorded} recorded"] * bool(tally.recorded))
         lines.append(f"| {cause} | {shown} | {tally.runs} | {tally.right} | {100 * tally.accuracy:.1f} % | {tally.unknown} |")
     lines += [
         "",

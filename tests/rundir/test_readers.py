@@ -7,7 +7,8 @@ returns has the kinds its parser promises.
 The readers: the parsers of each file kind (events, ``state.json``, progress samples, beats and rank files, an
 incident's ``summary.json``, the container's exit record, torchrun's error file) and what reads through them: the
 supervisor's rank follower (:class:`trainbox.supervise.ranks.JobBeats`), ``health``, ``status``, the live view's
-lines, the report's view and its page, and ``invoke train``'s restart line.
+lines, the report's view and its page, ``invoke train``'s restart line and the Prometheus metrics (``trainbox
+metrics``: its textfile must stay what node_exporter parses, whatever the run directory holds).
 
 Example counts are sized so that all fuzz tests of the suite (these and tests/rundir/test_safe.py's properties)
 take under two minutes on a 2-core CI machine: see :data:`EXAMPLES` and the README's Tests section.
@@ -23,6 +24,7 @@ from typing import Any, Callable, Dict, Mapping, Sequence, Tuple, Union
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.rundir import hostile
 from tests.rundir.hostile import Kind, assert_bounded, plant, put, scene
@@ -32,7 +34,7 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import BEAT, SUMMARY
 from trainbox.supervise import health, ranks, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
-from trainbox.view import html_report, live, runview, status
+from trainbox.view import html_report, live, metrics, runview, status
 
 #: Examples per property: each forks a child and makes a scene (a temporary folder with a few files). Measured:
 #: about 0.1 s an example on a 2-core machine; the report's page (matplotlib) about 1 s.
@@ -85,6 +87,7 @@ STATE_OBJECTS = _objects(
     budget=hostile.json_objects(("name", "seconds")),
     updated_ts=_times(),
     supervisor_pid=EDGES,
+    heartbeat=BEAT_OBJECTS,  # the counter read from the output, which status shows when nothing beats
 )
 
 
@@ -212,6 +215,16 @@ def _check_page(run: RunDir) -> None:
     page.encode("utf-8")  # what the report's write does: a lone surrogate from the child would fail it
 
 
+def _check_metrics(run: RunDir) -> None:
+    """The textfile node_exporter reads: it parses, one ``run`` label everywhere, every value a finite number."""
+    text = metrics.render(metrics.collect(run.root, now=1.8e9, deadline_ts=1.8e9 + 3600))
+    families = list(text_string_to_metric_families(text))
+    assert [family.name for family in families][:1] == ["trainbox_state"]
+    for family in families:
+        for sample in family.samples:
+            assert sample.labels["run"] == run.root.name and math.isfinite(sample.value), sample
+
+
 def _check_restart_line(run: RunDir) -> None:
     inspected = {
         "RestartCount": 1,
@@ -283,6 +296,12 @@ def test_invoke_trains_restart_line(entry: Entry) -> None:
     _fuzzed({"events.jsonl": entry}, _check_restart_line)
 
 
+@FUZZ
+@given(files=RUN_DIRS)
+def test_the_metrics_exporter(files: Dict[str, Entry]) -> None:
+    _fuzzed(files, _check_metrics)
+
+
 def _with_a_stall(files: Dict[str, Entry], incident: str) -> Dict[str, Entry]:
     """``files`` with, when their history is usable bytes, a stall naming ``incident`` appended (so the report's
     incident paths are walked)."""
@@ -296,6 +315,13 @@ def _with_a_stall(files: Dict[str, Entry], incident: str) -> Dict[str, Entry]:
 def test_a_sparse_gigabyte_in_every_file_is_bounded() -> None:
     """The 1 GiB sparse file at every path at once: each reader reads a bounded part, never the whole."""
     planted: Dict[str, Entry] = {name: Kind.SPARSE for name in RUN_FILES}
-    checks: Tuple[Callable[[RunDir], None], ...] = (_check_history, _check_state, _check_samples, _check_beats, _check_views)
+    checks: Tuple[Callable[[RunDir], None], ...] = (
+        _check_history,
+        _check_state,
+        _check_samples,
+        _check_beats,
+        _check_views,
+        _check_metrics,
+    )
     for check in checks:
         _fuzzed(planted, check)
