@@ -293,7 +293,7 @@ def test_several_runs_share_one_textfile_directory(node_exporter: NodeExporter, 
     other = tmp_path / "garbage-run"
     other.mkdir()
     (other / "state.json").write_text('{"state": "gave_up\\"\\n"}')
-    (other / "events.jsonl").write_bytes(b'[1]\n{"event": "restart"}\n\xe9\n' + b"[" * 100_000 + b"\n")
+    (other / "events.jsonl").write_bytes(b'[1]\n{"ts": 1.79e9, "event": "restart"}\n\xe9\n' + b"[" * 100_000 + b"\n")
     metrics.write_textfile(other, node_exporter.textfiles / "garbage-run.prom")
     try:
         text = node_exporter.scrape()
