@@ -2,7 +2,7 @@
 cause-aware stalls side by side with the clock alone (today).
 
     python bench/stalls.py [--repeat 3] [--budget 5] [--yolo-repeat 1] [--rank-repeat 1] [--cause-repeat 1]
-                           [--idle-timeout 120] [--uninstrumented-repeat 0]
+                           [--idle-timeout 120] [--uninstrumented-repeat 0] [--accuracy 20]
 
 Each run supervises the beating child of ``trainbox.faults`` with a hang armed for
 attempt 0; attempt 1 runs to completion. From the events: how late after the
@@ -34,6 +34,9 @@ budget (its figure is then the budget, which the first table shows is met within
   (tests/fixtures/causes), against the cause each one is;
 * the sampler's CPU per sample (``Sample.cost_s`` of every sample in the incidents' evidence.json) and what
   that is per second of silence (one sample every ``SAMPLE_EVERY_S``).
+
+``--accuracy N`` (:mod:`stall_accuracy`): the classifier's accuracy, every cause scenario run N times under the
+real supervisor, per cause and macro, with the share called ``unknown``; written to ``stall-accuracy``.
 """
 
 from __future__ import annotations
@@ -434,7 +437,12 @@ def main() -> int:
     parser.add_argument("--cause-repeat", type=int, default=1, help="runs of each cause-aware scenario (0: none)")
     parser.add_argument("--idle-timeout", type=float, default=120.0, help="--idle-timeout of the cause-aware runs")
     parser.add_argument("--uninstrumented-repeat", type=int, default=0, help="runs of each uninstrumented hang (0: none)")
+    parser.add_argument("--accuracy", type=int, default=0, help="runs of every cause scenario for the classifier's accuracy")
     args = parser.parse_args()
+    if args.accuracy:
+        import stall_accuracy
+
+        stall_accuracy.main(args.accuracy, recorded_causes())
     if args.uninstrumented_repeat:
         report_uninstrumented(args.uninstrumented_repeat, args.budget)
     if args.rank_repeat:

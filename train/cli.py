@@ -202,7 +202,7 @@ def _report(args: argparse.Namespace) -> int:
     from trainbox.view import html_report
 
     deadline = _deadline(args.deadline)
-    if not args.run_dir.is_dir():
+    if not args.run_dir.is_dir():  # not the run directory: its root, the user's own path
         raise UserError(f"RUN_DIR {args.run_dir} is not a directory: give the folder a run wrote (`run --run-dir`)")
     try:
         print(html_report.write(args.run_dir, args.out, deadline))

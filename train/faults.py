@@ -139,6 +139,25 @@ def hang_with_setsid_grandchild() -> None:
     hang_sleep()
 
 
+def hang_native_spin() -> None:
+    """Burn a core in native code that let go of the GIL (torch's matrix product, one thread): no progress."""
+    import torch
+
+    torch.set_num_threads(1)
+    matrix = torch.randn(400, 400)
+    while True:
+        torch.mm(matrix, matrix)
+
+
+#: The file :func:`hang_in_slow_read` reads (a FIFO another program trickles into: a slow network filesystem).
+READ_ENV = "TRAIN_FAULT_READ"
+
+
+def hang_in_slow_read() -> None:
+    """Read ``$TRAIN_FAULT_READ`` to its end, as a dataset reads an image from a slow disk (it trickles in)."""
+    Path(os.environ[READ_ENV]).read_bytes()  # not the run directory: the test's slow "disk"
+
+
 def hang_in_dataloader() -> None:
     """A real torch DataLoader whose two forked workers block in ``__getitem__``: the main thread waits on them."""
     import torch.utils.data
@@ -170,7 +189,7 @@ def compile_with_cc() -> None:
     deadline = time.monotonic() + _fault_seconds()
     with tempfile.TemporaryDirectory(prefix="trainbox-cc-") as work:
         source = Path(work) / "kernels.c"
-        source.write_text(_C_SOURCE)
+        source.write_text(_C_SOURCE)  # not the run directory: a temporary folder
         while time.monotonic() < deadline:
             subprocess.run(["cc", "-O2", "-c", str(source), "-o", str(Path(work) / "kernels.o")], check=True)
 
@@ -179,14 +198,14 @@ def compile_into_inductor_cache() -> None:
     """Compile in-process (CPU work, no compiler process) and write a kernel file into TORCHINDUCTOR_CACHE_DIR every
     half second, as MIOpen through comgr does into its cache: the growing cache is the only outside sign."""
     cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    cache.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)  # not the run directory: a kernel cache
     deadline = time.monotonic() + _fault_seconds()
     kernel = 0
     while time.monotonic() < deadline:
         until = time.monotonic() + 0.5
         while time.monotonic() < until:
             sum(i * i for i in range(1000))
-        (cache / f"kernel-{os.getpid()}-{kernel}.so").write_bytes(os.urandom(4096))
+        (cache / f"kernel-{os.getpid()}-{kernel}.so").write_bytes(os.urandom(4096))  # not the run directory: a kernel cache
         kernel += 1
 
 
@@ -210,8 +229,8 @@ def finish_during_incident() -> None:
     """
     from trainbox.rundir.layout import RunDir
 
-    incidents = RunDir(Path(os.environ["TRAIN_RUN_DIR"])).incident_dir.directory
-    while not (incidents.is_dir() and any(incidents.iterdir())):
+    run = RunDir(Path(os.environ["TRAIN_RUN_DIR"]))
+    while not run.files.list_dir(run.incident_dir.directory, 1).value:
         time.sleep(0.01)
     os._exit(0)
 
@@ -234,6 +253,8 @@ KINDS: Dict[str, Callable[[], None]] = {
     "sigkill": sigkill_self,
     "finish-during-incident": finish_during_incident,
     "loader": hang_in_dataloader,
+    "native": hang_native_spin,
+    "slowread": hang_in_slow_read,
     "cc": compile_with_cc,
     "cache": compile_into_inductor_cache,
 }

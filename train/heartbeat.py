@@ -14,6 +14,10 @@ included) each rank beats into its own file, ``RUN_DIR/heartbeats/rank-<RANK>.js
 ``world_size`` and ``local_world_size``: the supervisor follows every rank
 (:mod:`trainbox.supervise.ranks`), so one silent rank is not hidden by the others' beats.
 
+Every file is written through :mod:`trainbox.rundir.safe` (a ``heartbeats`` link
+or a folder where a beat goes refuses the write, and ``beat()`` returns False);
+:func:`read` reads a beat back typed (:func:`trainbox.rundir.records.read_beat`).
+
 Standard library only: this module is imported by the supervisor, by training
 children and by spawned DataLoader workers alike.
 """
@@ -27,10 +31,11 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import IO, Any, Dict, Optional
 
-from trainbox.atomic import write_text_atomic
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.records import files_of, read_beat
+from trainbox.rundir.safe import Open, RunFiles
 
 HEARTBEAT_ENV = "TRAIN_HEARTBEAT_FILE"
 ATTEMPT_ENV = "TRAIN_ATTEMPT"
@@ -56,16 +61,19 @@ class _Beater:
         self.last_write = 0.0
         path = os.environ.get(HEARTBEAT_ENV)
         self.path: Optional[Path] = Path(path) if path else None
+        self.files: Optional[RunFiles] = None
         identity = rank_identity()
         if self.path is not None and identity is not None:
             # The rank files sit in the run directory beside heartbeat.json, which is RUN_DIR/heartbeat.json.
-            self.path = (run_dir() or RunDir(self.path.parent)).rank_heartbeat(identity["rank"])
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            run = run_dir() or RunDir(self.path.parent)
+            self.path, self.files = run.rank_heartbeat(identity["rank"]), run.files
             self.state.update(identity)
+        elif self.path is not None:
+            self.files = files_of(self.path)[0]
         self.interval = float(os.environ.get(INTERVAL_ENV, "1.0"))
 
     def beat(self, force: bool, phase: Optional[str], timeout: Optional[float], fields: Dict[str, Any]) -> bool:
-        if self.path is None:
+        if self.path is None or self.files is None:
             return False
         with self.lock:
             if phase is not None and phase != self.state.get("phase"):
@@ -79,19 +87,24 @@ class _Beater:
             if not (force or phase_changed or now - self.last_write >= self.interval):
                 return False
             record = dict(self.state, ts=time.time(), pid=os.getpid())
-            write_text_atomic(self.path, json.dumps(record, sort_keys=True), fsync=False)
+            if self.files.replace(self.path, json.dumps(record, sort_keys=True).encode(), fsync=False) is not None:
+                return False  # refused (a link, a folder in its place): not written, tried again at the next beat
             self.written = dict(self.state)
             self.last_write = now
             return True
 
 
 def rank_identity() -> Optional[Dict[str, int]]:
-    """Under torchrun: this process's ``rank``, ``local_rank``, ``world_size``, ``local_world_size``; else None.
+    """Under torchrun: this process's ``rank``, ``local_rank``, ``world_size`` and ``local_world_size``; else None.
 
-    A launcher that sets no ``LOCAL_WORLD_SIZE`` runs one node: it is the world size then.
+    A launcher that sets no ``LOCAL_WORLD_SIZE`` (DeepSpeed's multi-node launcher, a hand-written SLURM script)
+    gives no ``local_world_size``: how many ranks this node runs is then unknown, and the supervisor follows the
+    ranks that beat. ``WORLD_SIZE`` is never taken for it: the other nodes' ranks would be waited for here
+    (issue 33 item 9: a healthy rank of a 2-node job was killed as "silent_ranks [1]").
     """
     values = {key: os.environ.get(name, "") for key, name in RANK_ENV.items()}
-    values["local_world_size"] = values["local_world_size"] or values["world_size"]
+    if not values["local_world_size"]:
+        del values["local_world_size"]
     if not all(value.isdigit() for value in values.values()):
         return None
     return {key: int(value) for key, value in values.items()}
@@ -132,22 +145,11 @@ def beat(
     return _beater.beat(force, phase, timeout, dict(metrics, step=step, epoch=epoch, batch=batch))
 
 
-#: A beat is a small JSON object (well under 1 KiB); anything larger is garbage, not a beat, and is
-#: never parsed (a file of 100,000 '[' made json raise RecursionError inside the supervisor).
-MAX_BEAT_BYTES = 64 * 1024
-
-
 def read(path: Path) -> Optional[Dict[str, Any]]:
-    """The last complete beat in ``path``, or None when absent, unreadable or not a beat ("no new beat")."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_BEAT_BYTES + 1)
-        if len(raw) > MAX_BEAT_BYTES:
-            return None
-        data = json.loads(raw)
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
+    """The last complete beat in ``path``, typed, or None when absent, refused, over MAX_BEAT_BYTES or not a beat
+    ("no new beat"; :func:`trainbox.rundir.records.read_beat`)."""
+    files, name = files_of(path)
+    return read_beat(files, name)
 
 
 def progress_key(record: Optional[Dict[str, Any]]) -> Optional[str]:
@@ -163,25 +165,34 @@ def run_dir() -> Optional[RunDir]:
     return RunDir(Path(root)) if root else None
 
 
-_stack_file = None
+_stack_file: Optional[IO[str]] = None
+
+
+def open_stack_file(run: RunDir, pid: int) -> Optional[IO[str]]:
+    """``stacks/<pid>.txt``, emptied and open for faulthandler to write into; None when it is refused (a FIFO or a
+    link planted there: a blocking open would freeze the process, a followed link would write elsewhere)."""
+    opened = run.files.open_fd(run.stack_dump(pid), Open.TRUNCATE)
+    return None if opened.value is None else os.fdopen(opened.value, "w")
 
 
 def install_stack_dump() -> bool:
-    """Dump all Python thread stacks to ``$TRAIN_RUN_DIR/stacks/<pid>.txt`` on SIGUSR1.
+    """Dump all Python thread stacks to ``$TRAIN_RUN_DIR/stacks/<pid>.txt`` on SIGUSR1; whether it is installed.
 
     The supervisor sends the signal only to processes whose signal mask shows
     a handler (``SigCgt`` in /proc), since SIGUSR1 kills a process that has
     none. Called by ``beat()`` and by DataLoader worker init functions; a
-    forked child re-registers with its own file.
+    forked child re-registers with its own file. A file that is refused leaves no handler registered.
     """
     global _stack_file
     run = run_dir()
     if run is None:
         return False
-    run.stack_dump.directory.mkdir(parents=True, exist_ok=True)
     if _stack_file is not None:
+        faulthandler.unregister(STACK_DUMP_SIGNAL)
         _stack_file.close()
-    _stack_file = open(run.stack_dump(os.getpid()), "w")  # noqa: SIM115 - must outlive this call
+    _stack_file = open_stack_file(run, os.getpid())
+    if _stack_file is None:
+        return False
     faulthandler.register(STACK_DUMP_SIGNAL, file=_stack_file, all_threads=True, chain=False)
     return True
 

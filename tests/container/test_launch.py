@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Iterator, List
 
 import pytest
 
+from tests.rundir.hostile import Outside
 from trainbox.container import launch
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
@@ -78,3 +81,38 @@ def test_a_restart_is_one_line_with_the_reason_from_the_runs_history(tmp_path: P
     ), line
     older = launch._restart_line(inspected_after_restart(tmp_path, 2), {"State": {"StartedAt": "2026-11-23T18:20:00Z"}})
     assert "exited (a crash or a kill)" in older, "a hang before the last start is not this restart's reason"
+
+
+class StoppedContainer:
+    """The two calls ``_retire`` makes of Docker's API client, for a stopped container whose output is two chunks."""
+
+    def __init__(self) -> None:
+        self.removed: List[str] = []
+
+    def logs(self, container_id: str, stream: bool, follow: bool) -> Iterator[bytes]:
+        yield b"epoch 1 ...\n"
+        yield b"epoch 2 ...\n"
+
+    def remove_container(self, container_id: str) -> None:
+        self.removed.append(container_id)
+
+
+def test_a_logs_link_made_by_the_container_is_never_written_through(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 33 item 1: the container can make ``logs -> ../../elsewhere`` in its run directory; replacing the
+    stopped container then saved its output into that host folder (``.bashrc.d``, say)."""
+    outside = Outside(tmp_path / "outside").create()
+    before = outside.snapshot()
+    run = RunDir(tmp_path / "runs" / "r")
+    run.root.mkdir(parents=True)
+    run.container_log.directory.symlink_to(os.path.relpath(outside.folder, run.root))
+    client = StoppedContainer()
+    assert launch._retire(client, "c0ffee", "trainbox-r", run) is None  # type: ignore[arg-type]
+    outside.assert_intact(before)
+    assert client.removed == ["c0ffee"], "the container is replaced all the same: the run resumes"
+    assert f"its output is not saved: {run.container_log.directory}: a symbolic link, refused" in capsys.readouterr().err
+
+    run.container_log.directory.unlink()
+    run.container_log.directory.mkdir()
+    (run.container_log.directory / "container-0.log").write_text("an earlier one\n")
+    assert launch._retire(client, "c0ffee", "trainbox-r", run) == run.container_log(1)  # type: ignore[arg-type]
+    assert run.container_log(1).read_bytes() == b"epoch 1 ...\nepoch 2 ...\n"

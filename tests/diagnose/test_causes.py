@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 from tests.paths import FIXTURES
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
+from tests.smi import H100, install, recorded
 from trainbox import faults, heartbeat
 from trainbox.diagnose import evidence, incident
 from trainbox.diagnose.causes import Cause, classify, gpu_resets, kernel_time
@@ -228,6 +230,27 @@ def test_torch_compile_is_kernel_compile_and_its_idle_worker_pool_is_idle(tree: 
     workers = [p for p in window.last.procs if p.compiler]  # type: ignore[union-attr]
     assert workers and "torch/_inductor/compile_worker/__main__.py" in workers[0].cmdline
     assert window.compile_progress() == ()
+
+
+def test_an_idle_tree_on_a_busy_gpu_is_gpu_wait_in_a_container_too(
+    tree: Tree,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 33 item 11: inside a container nvidia-smi names processes by their host pids (here the real H100
+    recording's pid 4230), so the tree "held no memory" and the busy-kernel rule never fired. Now the GPU's used
+    memory stands in. The recording never reached full utilisation (a training run); a kernel that never ends keeps
+    it at 100 %, so the replay says 100."""
+    moment = recorded(H100 / "training-queries.txt")[3]
+    install(tmp_path / "bin", [dataclasses.replace(moment, utilisation=100)])
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setattr(evidence, "GPU_EVERY_S", 0.0)  # every sample asks the tool
+    child = tree.python("import time; print('ready', flush=True); time.sleep(600)")
+    wait_for_line(child, "ready")
+    window = watch(child.pid, 4)
+    diagnosis = classify(window, {}, child.pid)
+    assert diagnosis.cause is Cause.GPU_WAIT, diagnosis
+    assert diagnosis.evidence[1] == "the GPU holds 10551 MiB (per-process memory unknown: the tool's pids are the host's)"
 
 
 def test_kernel_messages_are_dated_in_each_log_format() -> None:

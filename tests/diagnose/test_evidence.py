@@ -6,19 +6,16 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import psutil
 import pytest
 
-from tests.paths import FIXTURES
 from tests.sampling import Tree, tree, wait_for_children, wait_for_line, watch  # noqa: F401 - tree is a fixture
 from trainbox.diagnose import evidence
 from trainbox.diagnose.causes import Cause, classify
-from trainbox.diagnose.window import Window
+from trainbox.diagnose.window import IDLE_CPU_CORES, Window, interval
 from trainbox.system import proctree
-
-CAUSES = FIXTURES / "causes"
 
 SLEEPING_TREE = """
 import os, time
@@ -148,6 +145,28 @@ def test_a_cache_grown_by_others_leaves_a_sleeping_tree_idle(tree: Tree, tmp_pat
     assert window.idle_for_s() > 1.0
 
 
+def test_a_cache_grown_by_others_is_not_a_spinning_trees_compile(tree: Tree, tmp_path: Path) -> None:  # noqa: F811
+    """Issue 33 item 10: a tree that uses CPU (a spin, a CUDA sync spinning on a hung GPU) while another program
+    writes a shared cache is not compiling: the growth is not this tree's (its write counters did not grow as much,
+    none of its processes has the cache open, it runs no compiler)."""
+    env = dict(os.environ, MIOPEN_CUSTOM_CACHE_DIR=str(tmp_path / "shared"))
+    # Started first: a child of this test started after the root would be taken for an orphan the tree adopted.
+    other = tree.python(
+        "import os, sys, time\nfor n in range(100000):\n"
+        "    os.makedirs(sys.argv[1], exist_ok=True); open(os.path.join(sys.argv[1], f'k{n}'), 'wb').write(b'x' * 4096)\n"
+        "    time.sleep(0.2)",
+        str(tmp_path / "shared"),
+    )
+    child = tree.python("print('ready', flush=True)\nwhile True: pass")
+    wait_for_line(child, "ready")
+    window = watch(child.pid, 3, env=env)
+    shared = next(c for c in window.last.caches if c.var == "MIOPEN_CUSTOM_CACHE_DIR")  # type: ignore[union-attr]
+    assert shared.files > 5 and other.poll() is None
+    assert window.compile_progress() == (), "another program's kernels are not this tree's progress"
+    assert sum(window.cpu_cores().values()) > IDLE_CPU_CORES, "the tree used more CPU than an idle one"
+    assert classify(window, {}, child.pid).cause is not Cause.KERNEL_COMPILE
+
+
 def test_a_cache_too_big_to_count_still_shows_growth(tmp_path: Path) -> None:
     for d in range(4):
         (tmp_path / f"old{d}").mkdir()
@@ -174,13 +193,6 @@ def test_sample_cost_on_a_ten_process_tree(tree: Tree) -> None:  # noqa: F811
     assert median < 0.2  # generous: the figure is for bench/, this only catches a sampler gone pathological
 
 
-def test_gpu_memory_per_process_from_either_tool() -> None:
-    """nvidia-smi's CSV and rocm-smi's KFD table (layout: tests/fixtures/causes/README.md)."""
-    assert evidence.nvidia_memory("4121, 2048\n4188, 16\n4121, 512\n") == {4121: 2560, 4188: 16}
-    table = (CAUSES / "smi" / "rocm-smi-showpids.txt").read_text()
-    assert evidence.rocm_memory(table) == {4121: 2048, 4188: 0}
-
-
 def stand_in_tool(directory: Path, name: str, script: str) -> None:
     """A stand-in for a GPU tool this machine does not have (no GPU here): a shell script on PATH."""
     tool = directory / name
@@ -191,15 +203,35 @@ def stand_in_tool(directory: Path, name: str, script: str) -> None:
 def test_gpu_tools_are_asked_within_a_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setattr(evidence, "GPU_TIMEOUT_S", 0.5)
-    stand_in_tool(tmp_path, "nvidia-smi", 'case "$1" in --query-compute-apps*) echo "4121, 2048";; *) echo 37;; esac\n')
-    assert evidence.gpu_memory_by_pid() == {4121: 2048}
+    me, name = os.getpid(), Path("/proc/self/comm").read_text().strip()  # a process here, as the tool names it
+    stand_in_tool(tmp_path, "nvidia-smi", f'case "$1" in --query-compute-apps*) echo "{me}, {name}, 2048";; *) echo 37;; esac\n')
     poller = evidence._GpuPoller()
-    assert poller.poll(100.0) == {"source": "nvidia-smi", "memory_mib": {4121: 2048}, "utilisation_pct": [37]}
+    assert poller.poll(100.0) == {"source": "nvidia-smi", "memory_mib": {me: 2048}, "utilisation_pct": [37]}
 
     stand_in_tool(tmp_path, "nvidia-smi", "exec sleep 30\n")  # a driver that no longer answers
     started = time.monotonic()
-    assert evidence.gpu_memory_by_pid(timeout=0.5) is None
     hung = evidence._GpuPoller()
     assert "no answer within 0.5 s" in hung.poll(100.0)["error"]  # type: ignore[index]
     assert hung.poll(200.0) == hung.poll(300.0) and hung.given_up  # not asked again
     assert time.monotonic() - started < 10
+
+
+def _sample(ts: float, written: int, cache_bytes: int, opened: Tuple[int, ...] = ()) -> evidence.Sample:
+    proc = evidence.ProcSample(
+        pid=7, ppid=1, started=1.0, name="python", cmdline="python train.py", cpu_s=ts, demand_s=ts, state="R",
+        threads={"R": 1}, wchan="", blocked=(), io_chars=written, io_disk=0, compiler=False, io_written=written,
+    )  # fmt: skip
+    cache = evidence.CacheSample("MIOPEN_CUSTOM_CACHE_DIR", "/c", cache_bytes // 4096, cache_bytes, ts, False, opened)
+    return evidence.Sample(ts=ts, procs=(proc,), caches=(cache,), gpu=None, cost_s=0.0)
+
+
+@pytest.mark.parametrize(
+    "written, opened, ours",
+    [(0, (), False), (4096, (), False), (8192, (), True), (0, (7,), True)],
+    ids=["wrote-nothing", "wrote-less", "wrote-as-much", "has-it-open"],
+)
+def test_a_caches_growth_is_the_trees_only_when_the_tree_wrote_it(written: int, opened: Tuple[int, ...], ours: bool) -> None:
+    """Issue 33 item 10, the rule alone: 8 KiB more in the cache, a tree at a full core (a spin) that wrote ``written``
+    characters or holds a file there open."""
+    change = interval(_sample(0.0, 0, 0), _sample(1.0, written, 8192, opened))
+    assert bool(change.cache_growth) is ours

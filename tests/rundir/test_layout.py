@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import List
 
+import pytest
+
 import trainbox.diagnose.incident
 import trainbox.rundir.layout
 from tests.paths import REPO
@@ -80,3 +82,28 @@ def test_a_new_session_never_reuses_the_name_of_an_existing_report(tmp_path: Pat
     assert run.new_session(started) == 20261123155507
     run.incident_dir(20261123155507, 0).mkdir(parents=True)
     assert run.new_session(started) == 20261123155508, "a supervisor started in the same second gets the next one"
+
+
+def test_a_numbered_name_gives_its_number_and_nothing_else_does(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    assert run.rank_heartbeat.number_of("rank-12.json") == 12 and run.container_log.number_of("container-3.log") == 3
+    for name in ("rank-.json", ".rank-1.json.k2j4x_9a.tmp", "rank-1.json.bak", "rank--1.json", "old"):
+        assert run.rank_heartbeat.number_of(name) is None, name
+
+
+@pytest.mark.parametrize(
+    "named, found",
+    [
+        ("/runs/r/incidents/20261123155507-0", "20261123155507-0"),
+        ("20261123155507-0", "20261123155507-0"),
+        ("..", None),
+        ("/etc", None),
+        ("incidents/20261123155507-0/../..", None),
+        ("", None),
+    ],
+)
+def test_a_stall_events_incident_is_found_here_by_its_folders_name_only(tmp_path: Path, named: str, found: object) -> None:
+    report = RunDir(tmp_path).incident_named(named)
+    assert (report.root.name if report else None) == found
+    if report is not None:
+        assert report.root.parent == RunDir(tmp_path).incident_dir.directory

@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import pytest
 
+from trainbox.rundir.safe import RunFiles
 from trainbox.supervise import attempt, terminal
 from trainbox.supervise.output import OutputTee
 from trainbox.supervise.output_progress import OutputProgress
@@ -24,7 +25,7 @@ PROBE += "os.environ.get('PYTHONUNBUFFERED'))"
 
 def run(argv: List[str], log: Path, progress: Optional[OutputProgress] = None) -> OutputTee:
     proc, output = attempt.start(argv, dict(os.environ, PYTHONUNBUFFERED="1"))
-    tee = OutputTee(output, log, echo=False, progress=progress)
+    tee = OutputTee(output, RunFiles(log.parent), log, echo=False, progress=progress)
     proc.wait(timeout=60)
     tee.close()  # joins the reader, which stops at the end of the output (EOF, or EIO on a pty)
     return tee

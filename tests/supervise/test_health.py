@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -25,9 +26,9 @@ from trainbox.rundir.layout import RunDir
 from trainbox.supervise import watchdog
 from trainbox.supervise.health import hung
 from trainbox.supervise.settings import HUNG_AFTER
+from trainbox.system import proctree
 
 NOW = 1_800_000_000.0
-STARTED = NOW - 3600
 #: A short promise, so a hang is noticed in seconds (the default is HUNG_AFTER.default).
 HUNG_AFTER_S = 5
 
@@ -38,7 +39,8 @@ def state(**fields: Any) -> Dict[str, Any]:
         "attempt": 1,
         "session": 20261123180000,
         "supervisor_pid": 4242,
-        "supervisor_started_ts": STARTED,
+        "supervisor_start_ticks": 123456,
+        "boot_id": "b0b0b0b0-0000-4000-8000-000000000000",
         "hung_after_s": 60.0,
         "updated_ts": NOW - 10,
     }
@@ -49,12 +51,12 @@ def state(**fields: Any) -> Dict[str, Any]:
 
 
 def test_a_supervisor_that_keeps_its_promise_is_not_hung() -> None:
-    assert hung(state(), NOW, STARTED) is None
-    assert hung(state(updated_ts=NOW - 60), NOW, STARTED) is None, "exactly at the bound is still on time"
+    assert hung(state(), NOW, True) is None
+    assert hung(state(updated_ts=NOW - 60), NOW, True) is None, "exactly at the bound is still on time"
 
 
 def test_a_supervisor_past_its_promise_is_hung_with_the_evidence() -> None:
-    found = hung(state(updated_ts=NOW - 75), NOW, STARTED)
+    found = hung(state(updated_ts=NOW - 75), NOW, True)
     assert found is not None
     assert (found.pid, found.session, found.attempt, found.state) == (4242, 20261123180000, 1, "running")
     assert (found.age_s, found.hung_after_s) == (75.0, 60.0)
@@ -63,30 +65,45 @@ def test_a_supervisor_past_its_promise_is_hung_with_the_evidence() -> None:
 def test_declared_quiet_work_extends_the_promise() -> None:
     """Ending a tree with a long grace: state.json is not written, but the supervisor said so beforehand."""
     quiet = state(updated_ts=NOW - 200, quiet_until_ts=NOW - 30)
-    assert hung(quiet, NOW, STARTED) is None
-    assert hung(quiet, NOW + 31, STARTED) is not None
+    assert hung(quiet, NOW, True) is None
+    assert hung(quiet, NOW + 31, True) is not None
 
 
 def test_a_gone_or_recycled_pid_is_never_acted_on() -> None:
-    old = state(updated_ts=NOW - 500)
-    assert hung(old, NOW, None) is None, "no process with that pid"
-    assert hung(old, NOW, NOW - 5) is None, "the pid belongs to a process started later: a new supervisor"
-    assert hung(state(updated_ts=NOW - 500, supervisor_started_ts=None), NOW, STARTED) is None
+    assert hung(state(updated_ts=NOW - 500), NOW, False) is None, "no process with that pid, or another one now"
 
 
-@pytest.mark.parametrize("final", ["succeeded", "gave_up", "misconfigured", "stopped", "disk_full", "stuck"])
+def test_the_supervisor_is_named_by_its_start_ticks_and_boot() -> None:
+    """Issue 33 item 12: start ticks and boot id, which no clock step moves, tell the supervisor from a new process."""
+    me = os.getpid()
+    own = {"supervisor_start_ticks": proctree.start_ticks(me), "boot_id": proctree.boot_id()}
+    assert own["supervisor_start_ticks"] is not None and own["boot_id"]
+    assert watchdog.same_process(own, me)
+    assert not watchdog.same_process(dict(own, supervisor_start_ticks=own["supervisor_start_ticks"] + 1), me), "a new one"
+    assert not watchdog.same_process(dict(own, boot_id="another boot"), me), "the same ticks in another boot"
+    assert not watchdog.same_process({"boot_id": own["boot_id"]}, me), "a state without ticks names nobody"
+    assert not watchdog.same_process(own, ended_pid())
+
+
+def ended_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("final", ["succeeded", "gave_up", "misconfigured", "stopped", "disk_full", "refused", "stuck"])
 def test_a_run_that_is_over_is_never_acted_on(final: str) -> None:
-    assert hung(state(state=final, updated_ts=NOW - 500), NOW, STARTED) is None
+    assert hung(state(state=final, updated_ts=NOW - 500), NOW, True) is None
 
 
 @pytest.mark.parametrize("busy", ["starting", "backoff", "stalled", "crashed", "stopping"])
 def test_every_other_state_is_watched(busy: str) -> None:
-    assert hung(state(state=busy, updated_ts=NOW - 500), NOW, STARTED) is not None
+    assert hung(state(state=busy, updated_ts=NOW - 500), NOW, True) is not None
 
 
 def test_an_old_state_file_is_held_to_the_default_promise() -> None:
     legacy = state(hung_after_s=None, updated_ts=NOW - HUNG_AFTER.default - 1)
-    found = hung(legacy, NOW, STARTED)
+    found = hung(legacy, NOW, True)
     assert found is not None and found.hung_after_s == HUNG_AFTER.default
 
 
@@ -161,6 +178,25 @@ def test_a_frozen_supervisor_is_ended_with_its_stacks_and_its_child(tmp_path: Pa
         proc.send_signal(signal.SIGSTOP)
         health = act_until_it_acts(tmp_path, timeout=HUNG_AFTER_S + 30)
         assert assert_ended(proc, tmp_path, child_pid, health, "supervisor.py") == "T"  # stopped
+
+
+def stepped_clock(run_dir: Path, seconds: float) -> None:
+    """state.json as a supervisor wrote it before the wall clock was stepped by ``seconds`` (an NTP step): every
+    time in it read from the wall clock is ``seconds`` behind what the clock now says of the same moment."""
+    path = RunDir(run_dir).state
+    written = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v - seconds if k.endswith("_ts") and v else v for k, v in written.items()}))
+
+
+def test_a_clock_step_does_not_hide_a_hung_supervisor(tmp_path: Path) -> None:
+    """Issue 33 item 12: the supervisor was named by its start time on the wall clock, 0.5 s of tolerance; after a
+    1 s step a hung supervisor was never recognised and never ended. Start ticks and the boot id do not move."""
+    with supervised(tmp_path) as proc:
+        child_pid = running_state(tmp_path)["child_pid"]
+        proc.send_signal(signal.SIGSTOP)
+        stepped_clock(tmp_path, 1.0)
+        health = act_until_it_acts(tmp_path, timeout=HUNG_AFTER_S + 30)
+        assert assert_ended(proc, tmp_path, child_pid, health, "supervisor.py") == "T"
 
 
 def test_act_tells_of_the_hang_itself_with_the_notifier_from_its_environment(tmp_path: Path) -> None:

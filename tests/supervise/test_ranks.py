@@ -129,6 +129,49 @@ def test_a_ranks_setsid_child_ends_with_the_job(tmp_path: Path) -> None:
     assert "hang_with_setsid_grandchild" in (result.incident() / "stacks" / f"{rank}.txt").read_text()
 
 
+def test_a_multi_node_job_without_local_world_size_follows_its_own_ranks(tmp_path: Path) -> None:
+    """Issue 33 item 9: DeepSpeed's multi-node launcher and hand-written SLURM scripts set RANK, LOCAL_RANK and
+    WORLD_SIZE but no LOCAL_WORLD_SIZE; taking WORLD_SIZE for it had each node wait for the other node's ranks and
+    kill its healthy one at the startup budget. Here a 2-rank job, one rank per node, each node its own supervisor,
+    as such a launcher starts it: both run to the end, no stall."""
+    nodes = []
+    for rank in (0, 1):
+        run_dir = tmp_path / f"node{rank}"
+        options = ["--startup-timeout", "3", "--stall-timeout", "10", "--grace", "1", "--quiet"]
+        child = faulty_child("--steps", "60", "--interval", "0.1")
+        env = {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2"}
+        nodes.append((run_dir, start_cli(["supervise", "--run-dir", str(run_dir), *options, "--", *child], env)))
+    try:
+        codes = [proc.wait(timeout=120) for _, proc in nodes]
+    finally:
+        for _, proc in nodes:
+            proc.kill()
+    for (run_dir, _), code in zip(nodes, codes):
+        kinds = [e["event"] for e in read_events(run_dir)]
+        assert code == 0 and kinds == ["start", "exit"], (run_dir.name, code, kinds)
+    beat = json.loads(RunDir(tmp_path / "node1").rank_heartbeat(1).read_text())
+    assert (beat["rank"], beat["world_size"]) == (1, 2) and "local_world_size" not in beat, "the node's size is unknown"
+
+
+def test_one_idle_rank_is_found_by_idleness_while_the_other_beats(tmp_path: Path) -> None:
+    """Issue 33 item 13: the silence window was cleared whenever any rank progressed, while the silence judged is
+    the slowest rank's: with rank 0 beating every 0.3 s, rank 1's idleness was never seen and the budget (30 s)
+    decided. Now the window is that rank's silence: --idle-timeout 4 finds it."""
+    beating = faulty_child("--steps", "200", "--interval", "0.3")[1:]
+    options = ["--startup-timeout", "90", "--stall-timeout", "30", "--idle-timeout", "4", "--grace", "2", "--max-restarts", "0"]
+    args = ["supervise", "--run-dir", str(tmp_path), *options, "--quiet", "--"]
+    result = train_cli(
+        [*args, *TORCHRUN, "--nproc-per-node", "2", *beating], tmp_path, {"TRAIN_FAULT": "sleep@step,rank=1,step=5"}
+    )
+    assert not survivors(tmp_path)
+    stall = result.of("stall")[0]
+    assert (stall["rule"], stall["cause"]) == ("idle", "idle"), (stall["rule"], stall["silent_s"], stall["evidence"])
+    assert stall["silent_s"] < 20, "found by idleness, long before the 30 s budget"
+    assert (stall["last_beat"]["rank"], stall["last_beat"]["step"]) == (1, 5), "rank 1's silence was judged"
+    beaten = json.loads((result.incident() / "summary.json").read_text())["ranks"]["0"]["last_beat"]
+    assert beaten["step"] > 5, "while rank 0 went on beating"
+
+
 @pytest.mark.training  # the example trains with torch (DDP, gloo)
 def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tmp_path: Path) -> None:
     command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "2"]

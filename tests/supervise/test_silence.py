@@ -6,7 +6,18 @@ from __future__ import annotations
 from typing import List, Sequence, Tuple
 
 from trainbox.supervise.budgets import Budget
-from trainbox.supervise.silence import Action, Call, Limits, Look, Rule, judge, sampling_due, sampling_interval, stall_line
+from trainbox.supervise.silence import (
+    Action,
+    Call,
+    Limits,
+    Look,
+    Rule,
+    SilenceWatch,
+    judge,
+    sampling_due,
+    sampling_interval,
+    stall_line,
+)
 
 STARTUP = Budget("startup", 900.0)
 LIMITS = Limits(idle_timeout_s=120.0, compile_cap_s=7200.0)
@@ -97,3 +108,28 @@ def test_the_console_line_says_which_rule_called_the_stall() -> None:
     ):
         line = stall_line(3, 123.4, STARTUP, Call(Action.STALL, 900.0, rule), LIMITS, "setup")
         assert line.startswith("attempt 3 stalled: ") and words in line, line
+
+
+class Cleared(SilenceWatch):
+    """A SilenceWatch that counts how often its silence ended (no tree sampled: judging is pure bookkeeping)."""
+
+    def __init__(self) -> None:  # the real one samples a process tree; none is needed here
+        self.ended = 0
+        self._judged = None
+
+    def beat(self) -> None:
+        self.ended += 1
+
+
+def test_the_window_is_the_judged_silences_not_any_ranks() -> None:
+    """Issue 33 item 13: only a new judged silence (another rank lags, or the lagging one made progress) ends it."""
+    watch = Cleared()
+    for who, silent in [(1, 1.0), (1, 1.5), (1, 2.0), (1, 2.5)]:  # rank 1 stays silent while rank 0 beats
+        watch.judging(who, silent)
+    assert watch.ended == 0, "rank 0's beats leave rank 1's silence alone"
+    watch.judging(1, 0.1)  # rank 1 beat
+    assert watch.ended == 1
+    watch.judging(0, 0.3)  # now rank 0 lags
+    assert watch.ended == 2
+    watch.judging(None, 0.0)
+    assert watch.ended == 3, "a single process: its beat ends its silence, as before"

@@ -5,6 +5,8 @@ tests/supervise/test_silence.py; the classifier on recorded evidence, tests/diag
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -111,6 +113,38 @@ def test_a_python_spin_is_busy_python_and_retried_once(tmp_path: Path) -> None:
     assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
     assert result.of("stall")[0]["cause"] == "busy_python", result.of("stall")[0]["evidence"]
     assert result.of("restart")[0]["reason"] == "busy_python: the same command again"
+
+
+#: Another program compiling into a cache the child's environment names: a kernel file every 0.3 s, not in the tree.
+OTHER_COMPILER = """
+import os, sys, time
+cache = sys.argv[1]
+os.makedirs(cache, exist_ok=True)
+for n in range(100_000):
+    with open(os.path.join(cache, f"kernel{n}.hsaco"), "wb") as handle:
+        handle.write(os.urandom(4096))
+    time.sleep(0.3)
+"""
+
+
+def test_a_spin_while_another_program_grows_a_shared_cache_is_no_compile(tmp_path: Path) -> None:
+    """Issue 33 item 10: growth of a shared kernel cache counted as this tree's compile whenever the tree used CPU, so
+    a spin (or a sync spinning on a hung GPU) was extended up to --compile-cap and retried as a compile. Now the
+    growth counts only when the tree wrote it: a real second program writes here, the tree only spins."""
+    cache = tmp_path / "miopen"
+    writer = subprocess.Popen([sys.executable, "-c", OTHER_COMPILER, str(cache)])
+    try:
+        env = {"MIOPEN_CUSTOM_CACHE_DIR": str(cache)}
+        result = supervise(tmp_path / "run", "spin@step,step=2,attempt=0", ["--stall-timeout", "4", "--compile-cap", "60"], env)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert result.code == 0, result.stderr
+    assert len(list(cache.iterdir())) > 10, "the other program did write into the cache all along"
+    assert result.kinds() == ["start", "stall", "restart", "start", "exit"], "no extension: nothing of ours compiled"
+    stall = result.of("stall")[0]
+    assert (stall["rule"], stall["cause"]) == ("budget", "busy_python"), stall["evidence"]
+    assert stall["silent_s"] < 15, "found at its budget, not at the compile cap"
 
 
 def test_the_same_hang_at_the_same_step_gives_up_before_the_restarts_are_spent(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ def make_run(tmp_path: Path) -> Path:
     (run / "heartbeat.json").write_text(json.dumps(beat))
     stall = {"event": "stall", "attempt": 0, "cause": "loader_deadlock", "evidence": ["main thread in _try_get_data", "x"]}
     events = [{"event": "start", "attempt": 0}, stall, {"event": "restart", "attempt": 0}]
+    events = [dict(event, ts=NOW - 100 + n) for n, event in enumerate(events)]
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"torn')
     last = run / "train" / "weights" / "last.pt"
     last.write_bytes(b"")

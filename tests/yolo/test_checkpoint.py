@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.yolo.conftest import TINY, load_checkpoint, run_child
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import checkpoint
 
 
@@ -67,7 +68,8 @@ def test_checkpoint_of_the_last_epoch_is_finalised_not_retrained(tmp_path: Path,
     ],
 )
 def test_trim_results_survives_blank_torn_and_empty_files(tmp_path: Path, content: str, kept: str, dropped: int) -> None:
-    csv = tmp_path / "results.csv"
-    csv.write_text(content)
-    assert checkpoint.trim_results(csv, 2) == dropped
-    assert csv.read_text() == kept
+    run = RunDir(tmp_path)
+    run.results.parent.mkdir()
+    run.results.write_text(content)
+    assert checkpoint.trim_results(run, 2) == dropped
+    assert run.results.read_text() == kept

@@ -8,6 +8,10 @@ The same ``invoke train --name RUN`` again resumes RUN (after a ``docker kill``,
 a reboot, a stop): a *stopped* container of that name is retired first, its
 output saved to ``runs/RUN/logs/container-<n>.log`` (``docker logs`` would be
 gone with it), while a running one is refused, since a run has one supervisor.
+The run directory was written by that container, so the log is written through
+:mod:`trainbox.rundir.safe`: a ``logs`` link the container made is refused (the
+output is then not saved, and the line says so), never written through
+(issue 33 item 1: ``logs -> ../../../.bashrc.d`` had the host write there).
 Following a run goes on through Docker's restarts of its container (a hung
 supervisor ended by ``health --act``, a crash) and says each in one line.
 """
@@ -20,19 +24,19 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
 
 import docker
 from docker.types import DeviceRequest, Mount
 
-from trainbox.atomic import atomic_writer
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested, on_stop
 from trainbox.rundir import exit_record
 from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.safe import Refusal
 from trainbox.yolo import dataset
 
 RUN_LABEL = "io.trainbox.run"
@@ -70,11 +74,11 @@ def parse_pairs(pairs: Iterable[str], what: str) -> List[str]:
 def _dataset_yaml(data: Path) -> Path:
     """The dataset YAML ``--data`` names: the file itself, or a directory's data.yaml."""
     path = data.expanduser().resolve()
-    if path.is_dir():
-        if not (path / "data.yaml").is_file():
+    if path.is_dir():  # not the run directory: the dataset
+        if not (path / "data.yaml").is_file():  # not the run directory: the dataset
             raise UserError(f"dataset {path} has no data.yaml: pass the YAML file or its directory")
         return path / "data.yaml"
-    if path.is_file():
+    if path.is_file():  # not the run directory: the dataset
         return path
     raise UserError(f"dataset {data} not found: pass a data.yaml or its directory (demo: `python -m trainbox demo-data DIR`)")
 
@@ -120,7 +124,7 @@ def check_devices(service: compose.Service) -> None:
     """A device the service passes through must exist on this host."""
     for device in service.devices:
         host_path = Path(device.split(":")[0])
-        if not host_path.exists():
+        if not host_path.exists():  # not the run directory: a device node
             raise UserError(f"{host_path} missing: {flavors.get(service.name).no_gpu_fix}")
 
 
@@ -277,19 +281,24 @@ def _running(inspected: Dict[str, Any]) -> bool:
     return bool(state["Running"] or state["Restarting"] or state["Paused"])
 
 
-def _retire(client: docker.APIClient, container_id: str, name: str, run: RunDir) -> Path:
-    """Save a stopped container's output into the run directory, then remove the container; return the log's path."""
-    number = 0
-    while run.container_log(number).exists():
-        number += 1
-    log = run.container_log(number)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(log) as handle:
-        for chunk in client.logs(container_id, stream=True, follow=False):
-            handle.write(chunk)
+#: Saved container logs looked at for a free number (a run is replaced a few times a day).
+MAX_CONTAINER_LOGS = 100_000
+
+
+def _retire(client: docker.APIClient, container_id: str, name: str, run: RunDir) -> Optional[Path]:
+    """Save a stopped container's output into the run directory, then remove the container; the log's path, or
+    None when the run directory refused it (said in the line)."""
+    files = run.files
+    listed = files.list_dir(run.container_log.directory, MAX_CONTAINER_LOGS)
+    numbers = [n for n in map(run.container_log.number_of, listed.value or []) if n is not None]
+    log = run.container_log(max(numbers, default=-1) + 1)
+    refused, where = listed.refused, run.container_log.directory
+    if refused in (None, Refusal.MISSING):
+        refused, where = files.replace(log, client.logs(container_id, stream=True, follow=False)), log
     client.remove_container(container_id)
-    print(f"note: replaced the stopped container {name} (its output is saved in {log}); the run resumes", file=sys.stderr)
-    return log
+    saved = f"its output is saved in {log}" if refused is None else f"its output is not saved: {refused.line(where)}"
+    print(f"note: replaced the stopped container {name} ({saved}); the run resumes", file=sys.stderr)
+    return None if refused is not None else log
 
 
 def _ensure_volume(client: docker.APIClient, name: str, project: str) -> None:
@@ -339,12 +348,12 @@ def _restart_line(inspected: Dict[str, Any], before: Dict[str, Any]) -> str:
     previous_start = _unix(before["State"]["StartedAt"])
     run = RunDir(Path(run_dir or "."))
     events = read_events(run.events) if run_dir else []
-    hang = next((e for e in reversed(events) if e.get("event") == "supervisor_hung" and e.get("ts", 0) >= previous_start), None)
+    hang = next((e for e in reversed(events) if e.get("event") == "supervisor_hung" and e["ts"] >= previous_start), None)
     why = "its supervisor exited (a crash or a kill)"
     if hang is not None:
-        # The event names the report as the container sees it; the same file on this host:
-        report = run.supervisor_hang.directory / Path(str(hang.get("incident"))).name
-        why = f"its supervisor hung (state.json not updated for {hang.get('age_s', 0):.0f} s; stacks in {report})"
+        # The event names the report as the container sees it; the same file on this host (a name only: no "..").
+        report = run.supervisor_hang.directory / PurePosixPath(hang.get("incident", "none")).name
+        why = f"its supervisor hung (state.json not updated for {hang.get('age_s', 0.0):.0f} s; stacks in {report})"
     return f"trainbox: container restarted by Docker ({count}): {why}; the run resumes from its last checkpoint"
 
 
@@ -460,8 +469,9 @@ def locate(root: Path, run: Optional[str], run_dir: Optional[Path]) -> Tuple[Pat
         container = find(client, run)
     except UserError:
         runs = root / dotenv.settings().get("TRAINBOX_RUNS_HOST", "runs")
-        candidates = [runs / run] if run else sorted(runs.glob("*/"), key=lambda p: p.stat().st_mtime)
-        if not candidates or not candidates[-1].is_dir():
+        newest = [] if run else sorted(runs.glob("*/"), key=lambda p: p.stat().st_mtime)  # not the run directory: runs/
+        candidates = [runs / run] if run else newest
+        if not candidates or not candidates[-1].is_dir():  # not the run directory: the runs folder
             raise UserError(f"no run found under {runs}: pass --run-dir or start one with `invoke train`") from None
         return candidates[-1], None
     state = client.inspect_container(container["Id"])["State"]

@@ -25,7 +25,8 @@ rules, first match wins:
 8. ``io_wait``: a thread reading (dataset frames: PIL, Ultralytics' ``load_image``, ``read``)
    in a process whose reads still trickle in.
 9. ``gpu_wait``: the tree is idle but holds GPU memory on a GPU at full utilisation in every
-   reading (nvidia-smi/rocm-smi): a kernel that does not end.
+   reading (nvidia-smi/rocm-smi): a kernel that does not end. In a container, where the tools' pids are the
+   host's, the GPU's used memory stands in for the tree's (:mod:`trainbox.system.gpu_memory`).
 10. ``idle``: the whole tree is idle.
 11. ``unknown``.
 
@@ -507,10 +508,16 @@ def _gpu_busy_while_idle(facts: _Facts) -> Optional[Diagnosis]:
     readings = [s.gpu for s in facts.window.samples if s.gpu and s.gpu.get("utilisation_pct")]
     if not readings or not all(max(r["utilisation_pct"]) >= GPU_BUSY_PCT for r in readings):
         return None
-    held = {int(pid): mib for pid, mib in readings[-1].get("memory_mib", {}).items() if mib}
-    if not held:
-        return None  # the busy GPU is someone else's
-    shown = ", ".join(f"pid {pid} holds {mib} MiB" for pid, mib in sorted(held.items()))
+    last = readings[-1]
+    if last.get("host_pids"):  # in a container: whose memory it is cannot be told (trainbox.system.gpu_memory)
+        if not last.get("used_mib"):
+            return None
+        shown = f"the GPU holds {last['used_mib']} MiB (per-process memory unknown: the tool's pids are the host's)"
+    else:
+        held = {int(pid): mib for pid, mib in last.get("memory_mib", {}).items() if mib}
+        if not held:
+            return None  # the busy GPU is someone else's
+        shown = ", ".join(f"pid {pid} holds {mib} MiB" for pid, mib in sorted(held.items()))
     return Diagnosis(
         Cause.GPU_WAIT,
         (
@@ -521,7 +528,7 @@ def _gpu_busy_while_idle(facts: _Facts) -> Optional[Diagnosis]:
 
 
 def _tree_idle(facts: _Facts) -> bool:
-    return facts.window.idle_for_s() > 0 or bool(facts.cores and sum(facts.cores.values()) < IDLE_CPU_CORES)
+    return facts.window.idle_for_s() > 0 or bool(facts.demand and sum(facts.demand.values()) < IDLE_CPU_CORES)
 
 
 def _idle(facts: _Facts) -> Optional[Diagnosis]:

@@ -8,12 +8,20 @@ included):
 
 * CPU time (user + system), the process state (R/S/D) and every thread's state,
   the ``wchan`` (where in the kernel it sleeps) of the main thread and of every
-  thread in D state, and the I/O counters where ``/proc/PID/io`` is readable;
+  thread in D state, and the I/O counters where ``/proc/PID/io`` is readable
+  (characters read and written, and written alone: ``wchar``);
 * whether it is a compiler (:data:`COMPILERS`, or an Inductor compile worker);
 
 and for the tree as a whole the size and file count of each kernel cache
-(:func:`trainbox.system.caches.watched`), and the GPU memory of the tree's processes where
-``nvidia-smi`` answers (at most every :data:`GPU_EVERY_S`).
+(:func:`trainbox.system.caches.watched`), with the tree's processes that hold a file
+under a cache that changed since the last sample open (``/proc/PID/fd``: only then, so a
+quiet cache costs nothing), and the GPU memory of the tree's processes where
+``nvidia-smi`` or ``rocm-smi`` answers (at most every :data:`GPU_EVERY_S`). Inside a
+container those tools name processes by their pids on the host, which match no process
+here (NVIDIA/nvidia-docker#1483; ``NSpid`` in ``/proc/PID/status`` does not help from
+inside a pid namespace: it lists the inner pid only). When no pid of the answer is a
+process here with the same name, per-process memory is unknown (not 0) and the
+device's used memory (``--query-gpu=memory.used``) stands in (:class:`GpuMemory`).
 
 The :class:`trainbox.diagnose.window.Window` turns samples into the judgements the supervisor acts on;
 this module only takes them.
@@ -35,12 +43,11 @@ children of this process.
 from __future__ import annotations
 
 import os
-import re
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from trainbox.system import caches, gpu_state, proctree
+from trainbox.system import caches, gpu_memory, gpu_state, proctree
 
 #: Seconds between samples while the child is silent. A beat interval is seconds to minutes; 2 s
 #: resolves a compiler process that lives a few seconds and keeps the cost near 0.5 % of a core.
@@ -88,6 +95,7 @@ class ProcSample:
     io_chars: Optional[int]  # rchar + wchar (every read/write, cached or not); None when unreadable
     io_disk: Optional[int]  # read_bytes + write_bytes (what reached the block device)
     compiler: bool
+    io_written: Optional[int] = None  # wchar: characters written (a cache's growth is this tree's when these grow)
 
     @property
     def key(self) -> Tuple[int, float]:
@@ -104,6 +112,7 @@ class CacheSample:
     bytes: int
     newest: float  # latest mtime of the files walked: shows growth in a cache too big to count
     capped: bool  # the walk stopped at CACHE_WALK_LIMIT entries
+    opened_by: Tuple[int, ...] = ()  # the tree's processes with a file under it open (looked at only when it changed)
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,9 @@ class Sample:
     ts: float  # time.monotonic() when taken
     procs: Tuple[ProcSample, ...]
     caches: Tuple[CacheSample, ...]
-    gpu: Optional[Dict[str, Any]]  # {"source", "memory_mib": {pid: MiB}, "utilisation_pct"} or {"error"}
+    #: {"source", "memory_mib": {pid: MiB}, "utilisation_pct"}; inside a container, where the tool's pids are the
+    #: host's, {"source", "host_pids": True, "used_mib", "utilisation_pct"} (trainbox.system.gpu_memory); or {"error"}
+    gpu: Optional[Dict[str, Any]]
     cost_s: float  # CPU time (this thread) the sample took
     wall: float = 0.0  # time.time() when taken: dates the sample against kernel messages; 0.0 when unknown
     boot: float = 0.0  # seconds since boot when taken (the clock of ProcSample.started): ages processes
@@ -125,7 +136,7 @@ class Sample:
         procs = tuple(
             ProcSample(**dict(p, blocked=tuple((int(tid), str(wchan)) for tid, wchan in p["blocked"]))) for p in data["procs"]
         )
-        caches = tuple(CacheSample(**c) for c in data["caches"])
+        caches = tuple(CacheSample(**dict(c, opened_by=tuple(c.get("opened_by", ())))) for c in data["caches"])
         return cls(
             ts=data["ts"],
             procs=procs,
@@ -184,17 +195,17 @@ def _threads(pid: int) -> Tuple[Dict[str, int], Tuple[Tuple[int, str], ...], Opt
     return counts, tuple(blocked), demand / 1e9 if demand is not None else None
 
 
-def _io(pid: int) -> Tuple[Optional[int], Optional[int]]:
-    """(rchar + wchar, read_bytes + write_bytes) from /proc/PID/io; Nones where unreadable (another user's process)."""
+def _io(pid: int) -> Tuple[Optional[int], Optional[int], Optional[int]]:
+    """(rchar + wchar, read_bytes + write_bytes, wchar) from /proc/PID/io; Nones where unreadable (another user's)."""
     fields: Dict[str, int] = {}
     for line in _read(f"/proc/{pid}/io").splitlines():
         key, _, value = line.partition(":")
         if value.strip().isdigit():
             fields[key] = int(value)
     try:
-        return fields["rchar"] + fields["wchar"], fields["read_bytes"] + fields["write_bytes"]
+        return fields["rchar"] + fields["wchar"], fields["read_bytes"] + fields["write_bytes"], fields["wchar"]
     except KeyError:
-        return None, None
+        return None, None, None
 
 
 #: The kernel keeps the first 15 characters of a process's name (``comm``).
@@ -242,7 +253,7 @@ def _proc_sample(pid: int, cmdlines: _Cmdlines) -> Optional[ProcSample]:
     started = int(fields[19]) / _TICKS_PER_S
     cmdline = cmdlines.get(pid, started, comm)
     threads, blocked, demand = _threads(pid)
-    io_chars, io_disk = _io(pid)
+    io_chars, io_disk, io_written = _io(pid)
     wchan = _read(f"/proc/{pid}/wchan").strip()
     name = _name(comm, cmdline)
     return ProcSample(
@@ -260,6 +271,7 @@ def _proc_sample(pid: int, cmdlines: _Cmdlines) -> Optional[ProcSample]:
         io_chars=io_chars,
         io_disk=io_disk,
         compiler=is_compiler(name, cmdline),
+        io_written=io_written,
     )
 
 
@@ -297,69 +309,6 @@ def walk_cache(label: str, path: str, limit: int = CACHE_WALK_LIMIT) -> Optional
     return CacheSample(label, path, files, size, newest, capped=seen > limit or bool(pending))
 
 
-#: ``rocm-smi --showpids`` rows: "PID  PROCESS NAME  GPU(s)  VRAM USED  SDMA USED  CU OCCUPANCY" (bytes; UNKNOWN
-#: where the driver does not say), tab- or space-separated.
-_ROCM_PID_ROW = re.compile(r"^(\d+)\s+(.*?)\s+(\d+)\s+(\d+|UNKNOWN|N/A)\s")
-_ROCM_USE = re.compile(r"GPU use \(%\)\s*:\s*(\d+)")
-_MIB = 2**20
-
-
-def nvidia_memory(text: str) -> Dict[int, int]:
-    """pid -> MiB from ``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits``."""
-    memory: Dict[int, int] = {}
-    for line in text.splitlines():
-        pid, _, used = line.partition(",")
-        if pid.strip().isdigit() and used.strip().isdigit():
-            memory[int(pid)] = memory.get(int(pid), 0) + int(used)
-    return memory
-
-
-def rocm_memory(text: str) -> Dict[int, int]:
-    """pid -> MiB of VRAM from ``rocm-smi --showpids`` (processes whose VRAM the driver does not report: 0)."""
-    memory: Dict[int, int] = {}
-    for line in text.splitlines():
-        row = _ROCM_PID_ROW.match(line.strip() + " ")
-        if row:
-            memory[int(row[1])] = int(row[4]) // _MIB if row[4].isdigit() else 0
-    return memory
-
-
-@dataclass(frozen=True)
-class _GpuTool:
-    memory_argv: Tuple[str, ...]  # per-process memory
-    parse_memory: Callable[[str], Dict[int, int]]
-    use_argv: Tuple[str, ...]  # utilisation of each GPU
-    use_pattern: re.Pattern[str]
-
-
-GPU_TOOLS = (
-    _GpuTool(
-        ("nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"),
-        nvidia_memory,
-        ("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"),
-        re.compile(r"^\s*(\d+)\s*$", re.MULTILINE),
-    ),
-    _GpuTool(("rocm-smi", "--showpids"), rocm_memory, ("rocm-smi", "--showuse"), _ROCM_USE),
-)
-
-
-def _ask_memory(timeout: float) -> Optional[Tuple[_GpuTool, gpu_state.ToolResult]]:
-    """The first installed tool and its answer to the per-process memory query; None when none is installed."""
-    for tool in GPU_TOOLS:
-        answer = gpu_state.query(tool.memory_argv, timeout)
-        if answer is not None:
-            return tool, answer
-    return None
-
-
-def gpu_memory_by_pid(timeout: float = GPU_TIMEOUT_S) -> Optional[Dict[int, int]]:
-    """MiB of GPU memory per pid (nvidia-smi, else rocm-smi); None when no tool is installed or it does not answer."""
-    asked = _ask_memory(timeout)
-    if asked is None or not asked[1].ok:
-        return None
-    return asked[0].parse_memory(asked[1].text)
-
-
 class _GpuPoller:
     """The GPU memory of each process and the GPUs' utilisation, at most every GPU_EVERY_S.
 
@@ -382,17 +331,47 @@ class _GpuPoller:
         return self.last
 
     def _query(self) -> Optional[Dict[str, Any]]:
-        asked = _ask_memory(GPU_TIMEOUT_S)
+        asked = gpu_memory.ask(GPU_TIMEOUT_S)
         if asked is None:
             return None
         tool, answer = asked
-        source = tool.memory_argv[0]
         if not answer.ok:
             self.given_up = answer.hung
-            return {"source": source, "error": answer.text}
+            return {"source": tool.name, "error": answer.text}
         use = gpu_state.query(tool.use_argv, GPU_TIMEOUT_S)
         pct = [int(v) for v in tool.use_pattern.findall(use.text)] if use is not None and use.ok else []
-        return {"source": source, "memory_mib": tool.parse_memory(answer.text), "utilisation_pct": pct}
+        memory = gpu_memory.memory_from(tool, answer, GPU_TIMEOUT_S)
+        if memory.by_pid is None:  # the tool's pids are the host's (a container): only the devices' total is known
+            return {"source": tool.name, "host_pids": True, "used_mib": memory.used_mib, "utilisation_pct": pct}
+        return {"source": tool.name, "memory_mib": memory.by_pid, "utilisation_pct": pct}
+
+
+#: File descriptors looked at per process when a cache changed (a torch process holds a few hundred).
+MAX_FDS_LOOKED_AT = 4096
+
+
+def opened_under(pids: Sequence[int], path: str) -> Tuple[int, ...]:
+    """The processes among ``pids`` that hold a file (or folder) under ``path`` open (``/proc/PID/fd`` links)."""
+    prefix = path.rstrip("/") + "/"
+    found = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")[:MAX_FDS_LOOKED_AT]
+        except OSError:
+            continue  # gone, or another user's
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target == path or target.startswith(prefix):
+                found.append(pid)
+                break
+    return tuple(found)
+
+
+def _changed(cache: CacheSample, before: Optional[CacheSample]) -> bool:
+    return before is None or (cache.files, cache.bytes, cache.newest) != (before.files, before.bytes, before.newest)
 
 
 class Sampler:
@@ -403,6 +382,7 @@ class Sampler:
         self.caches = caches.watched(env)
         self.gpu = _GpuPoller()
         self.cmdlines = _Cmdlines()
+        self._caches: Dict[str, CacheSample] = {}
 
     def sample(self) -> Sample:
         started = time.thread_time()
@@ -410,7 +390,11 @@ class Sampler:
         pids = [p.pid for p in self.tree.scan()]
         self.cmdlines.keep(pids)
         procs = tuple(s for s in (_proc_sample(pid, self.cmdlines) for pid in pids) if s is not None)
-        caches = tuple(c for c in (walk_cache(label, path) for label, path in self.caches) if c is not None)
+        walked = [c for c in (walk_cache(label, path) for label, path in self.caches) if c is not None]
+        caches = tuple(
+            replace(c, opened_by=opened_under(pids, c.path)) if _changed(c, self._caches.get(c.var)) else c for c in walked
+        )
+        self._caches = {c.var: c for c in caches}
         gpu = self.gpu.poll(now)
         if gpu and "memory_mib" in gpu:
             gpu = dict(gpu, memory_mib={pid: mib for pid, mib in gpu["memory_mib"].items() if pid in pids})

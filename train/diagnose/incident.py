@@ -19,16 +19,24 @@
   (rocm-smi or nvidia-smi, when present).
 
 The directory is assembled under a temporary name and renamed when complete;
-an existing report is never replaced. When the report cannot be written (a
-full disk) the partial one is removed and the ``OSError`` raised: the
-supervisor records that and carries on killing and restarting.
+an existing report is never replaced. Everything is written through
+:mod:`trainbox.rundir.safe`, and the temporary name is random
+(``incidents/.<name>.<random>.partial``): a predictable one would let the child
+plant a link there first. When the report cannot be written (a full disk, or
+something in the way that is refused) the partial one is left unnamed and an
+``OSError`` raised: the supervisor records that and carries on killing and
+restarting. Stack dumps are read back the same way, at most
+:data:`MAX_DUMP_BYTES` of each (a dump that is a FIFO or a link is no dump).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
+import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -40,14 +48,18 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import psutil
 
 from trainbox import heartbeat
-from trainbox.atomic import fsync_path
-from trainbox.rundir.layout import IncidentDir, Numbering
+from trainbox.rundir.layout import IncidentDir, RunDir
+from trainbox.rundir.safe import PathLike, Refusal, RunFiles, names
 from trainbox.system import gpu_state, proctree
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
 #: py-spy dumps at most this many processes at once.
 PY_SPY_PARALLEL = 8
+#: The most of one faulthandler dump that is read (hundreds of threads' stacks are under 1 MiB).
+MAX_DUMP_BYTES = 4 << 20
+#: The random part of a report's temporary folder name (see the module's docstring).
+STAGING_RANDOM_BYTES = 8
 
 #: Classifies a stall from its stacks (pid -> text) and kernel messages; returns fields for summary.json.
 Diagnose = Callable[[Mapping[int, str], str], Dict[str, Any]]
@@ -58,7 +70,7 @@ def _py_spy() -> Optional[str]:
     if found:
         return found
     beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.exists() else None
+    return str(beside) if beside.exists() else None  # not the run directory: py-spy beside Python
 
 
 def _stack_by_py_spy(pid: int) -> Tuple[Optional[str], str]:
@@ -80,10 +92,21 @@ def _stack_by_py_spy(pid: int) -> Tuple[Optional[str], str]:
     return None, f"py-spy failed: {reason}"
 
 
-def _stacks_by_faulthandler(pids: Sequence[int], dumps: Optional[Numbering]) -> Dict[int, Tuple[Optional[str], str]]:
-    """Ask every process that has a SIGUSR1 handler to dump its stacks into its file (``dumps(pid)``)."""
+def read_new_dump(files: RunFiles, path: PathLike, offset: int) -> Optional[str]:
+    """What a faulthandler dump got past ``offset`` (its size before SIGUSR1), once it has; None while nothing came
+    or when the file is refused. Waits 0.1 s once something came: the handler writes thread by thread."""
+    found = files.stat(path).value
+    if found is None or found.st_size <= offset:
+        return None
+    time.sleep(0.1)
+    got = files.read_span(path, offset, MAX_DUMP_BYTES)
+    return None if got.value is None else got.value.decode("utf-8", "replace")
+
+
+def _stacks_by_faulthandler(pids: Sequence[int], run: Optional[RunDir]) -> Dict[int, Tuple[Optional[str], str]]:
+    """Ask every process that has a SIGUSR1 handler to dump its stacks into its file (``run.stack_dump(pid)``)."""
     results: Dict[int, Tuple[Optional[str], str]] = {}
-    if dumps is None:
+    if run is None:
         return {pid: (None, "no faulthandler dump directory") for pid in pids}
     mask = 1 << (heartbeat.STACK_DUMP_SIGNAL - 1)
     asked: Dict[int, int] = {}
@@ -91,8 +114,8 @@ def _stacks_by_faulthandler(pids: Sequence[int], dumps: Optional[Numbering]) -> 
         if not proctree.caught_signals(pid) & mask:
             results[pid] = (None, "no stack-dump handler registered (SIGUSR1 would kill it)")
             continue
-        path = dumps(pid)
-        asked[pid] = path.stat().st_size if path.exists() else 0
+        before = run.files.stat(run.stack_dump(pid)).value
+        asked[pid] = before.st_size if before is not None else 0
         try:
             psutil.Process(pid).send_signal(heartbeat.STACK_DUMP_SIGNAL)
         except psutil.Error as exc:
@@ -102,25 +125,22 @@ def _stacks_by_faulthandler(pids: Sequence[int], dumps: Optional[Numbering]) -> 
     while asked and time.monotonic() < deadline:
         time.sleep(0.1)
         for pid, offset in list(asked.items()):
-            path = dumps(pid)
-            if path.exists() and path.stat().st_size > offset:
-                time.sleep(0.1)
-                with path.open() as handle:
-                    handle.seek(offset)
-                    results[pid] = (handle.read(), "faulthandler")
+            dump = read_new_dump(run.files, run.stack_dump(pid), offset)
+            if dump is not None:
+                results[pid] = (dump, "faulthandler")
                 asked.pop(pid)
     for pid in asked:
         results[pid] = (None, "faulthandler dump did not arrive")
     return results
 
 
-def collect_stacks(pids: Sequence[int], dumps: Optional[Numbering]) -> Dict[int, Tuple[Optional[str], str]]:
-    """Stacks per pid: py-spy in parallel first, the faulthandler dump for the rest."""
+def collect_stacks(pids: Sequence[int], run: Optional[RunDir]) -> Dict[int, Tuple[Optional[str], str]]:
+    """Stacks per pid: py-spy in parallel first, the faulthandler dump (in ``run``'s ``stacks/``) for the rest."""
     with ThreadPoolExecutor(max_workers=max(1, min(PY_SPY_PARALLEL, len(pids)))) as pool:
         results = dict(zip(pids, pool.map(_stack_by_py_spy, pids)))
     missing = [pid for pid, (text, _) in results.items() if text is None]
     if missing:
-        fallback = _stacks_by_faulthandler(missing, dumps)
+        fallback = _stacks_by_faulthandler(missing, run)
         for pid, (text, how) in fallback.items():
             if text is not None:
                 results[pid] = (text, how)
@@ -159,79 +179,101 @@ def _tree_text(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _refused(refusal: Optional[Refusal], path: Path) -> None:
+    """A refusal while writing the report, raised as the OSError the supervisor records (the report is lost)."""
+    if refusal is not None:
+        raise OSError(errno.EPERM, refusal.line(path), str(path))
+
+
 def write_incident(
+    run: RunDir,
     directory: Path,
     *,
     tree: proctree.ProcessTree,
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
     output_tail: str,
-    dumps: Optional[Numbering],
     samples: Sequence[Dict[str, Any]] = (),
     diagnose: Optional[Diagnose] = None,
 ) -> Dict[str, Any]:
-    """Write the report for one stall into ``directory``; return its summary (also in summary.json).
+    """Write the report for one stall into ``directory`` (in ``run``); return its summary (also in summary.json).
 
-    ``dumps`` names the faulthandler dump of each pid (``RunDir.stack_dump``).
     ``samples`` go to evidence.json; ``diagnose`` is called once with the stacks
     just collected (nothing is dumped twice) and its fields join the summary.
     """
     started = time.monotonic()
     directory = Path(directory)
-    staging = IncidentDir(directory.with_name(f".{directory.name}.partial"))
-    shutil.rmtree(staging.root, ignore_errors=True)
+    staging = IncidentDir(directory.with_name(f".{directory.name}.{secrets.token_hex(STAGING_RANDOM_BYTES)}.partial"))
     try:
-        summary = _assemble(staging, tree, reason, last_beat, output_tail, dumps, started, samples, diagnose)
-        # rename() replaces an empty directory silently: a report that exists is refused instead.
-        if directory.exists():
+        summary = _assemble(run, staging, tree, reason, last_beat, output_tail, started, samples, diagnose)
+        refusal = run.files.rename(staging.root, directory)  # never replaces: a report that exists is EXISTS
+        if refusal is Refusal.EXISTS:
             raise FileExistsError(errno.EEXIST, "an incident report of this name exists", str(directory))
-        staging.root.rename(directory)
-        fsync_path(directory.parent)
+        _refused(refusal, directory)
     except BaseException:
-        shutil.rmtree(staging.root, ignore_errors=True)
+        _discard(run.files, staging)
         raise
     return summary
 
 
+#: What a report's staging folder may hold, and the folder's own names: all that :func:`_discard` deletes.
+_REPORT_FILES = names(*(path for path, _ in IncidentDir.entries() if "/" not in path))
+_STACK_FILES = names(IncidentDir.stack.name)
+
+
+def _discard(files: RunFiles, staging: IncidentDir) -> None:
+    """Remove what a failed report wrote (its own names only; nothing through a link); best-effort."""
+    with contextlib.suppress(OSError):
+        files.clear(staging.stack.directory, _STACK_FILES)
+        files.remove_folder(staging.stack.directory, names(staging.stack.directory.name))
+        files.clear(staging.root, _REPORT_FILES)
+        files.remove_folder(staging.root, re.compile(re.escape(staging.root.name)))
+
+
+def _put(files: RunFiles, path: Path, data: bytes) -> int:
+    """Write one file of the report (synced with the summary and the rename); its size."""
+    _refused(files.replace(path, data, fsync=False), path)
+    return len(data)
+
+
 def _assemble(
+    run: RunDir,
     staging: IncidentDir,
     tree: proctree.ProcessTree,
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
     output_tail: str,
-    dumps: Optional[Numbering],
     started: float,
     samples: Sequence[Dict[str, Any]],
     diagnose: Optional[Diagnose],
 ) -> Dict[str, Any]:
     """Write every file of the report into ``staging``; return the summary."""
-    staging.stack.directory.mkdir(parents=True)
+    files = run.files
+    _refused(files.make_dirs(staging.stack.directory), staging.root)
     procs = tree.scan()
     rows = proctree.describe(procs)
-    stacks = collect_stacks([row["pid"] for row in rows], dumps)
+    stacks = collect_stacks([row["pid"] for row in rows], run)
     how: Dict[str, str] = {}
+    size = 0
     for pid, (text, method) in stacks.items():
         how[str(pid)] = method
-        body = text if text is not None else f"no stack: {method}\n"
-        staging.stack(pid).write_text(body)
-
-    staging.processes_json.write_text(json.dumps(rows, indent=2))
-    staging.processes_txt.write_text(_tree_text(rows))
-    staging.heartbeat.write_text(json.dumps(last_beat, indent=2, sort_keys=True))
-    staging.output_tail.write_text(output_tail)
+        size += _put(files, staging.stack(pid), (text if text is not None else f"no stack: {method}\n").encode(errors="replace"))
     gpu = gpu_state.read()
-    staging.kernel.write_text(gpu.kernel)
-    staging.gpu.write_text(gpu.smi)
-    staging.evidence.write_text(json.dumps(list(samples), indent=1, sort_keys=True, default=str))
+    written = {
+        staging.processes_json: json.dumps(rows, indent=2),
+        staging.processes_txt: _tree_text(rows),
+        staging.heartbeat: json.dumps(last_beat, indent=2, sort_keys=True),
+        staging.kernel: gpu.kernel,
+        staging.gpu: gpu.smi,
+        staging.evidence: json.dumps(list(samples), indent=1, sort_keys=True, default=str),
+        staging.output_tail: output_tail,
+    }
+    size += sum(_put(files, path, text.encode(errors="replace")) for path, text in written.items())
 
     summary = dict(reason)
     if diagnose is not None:
         summary.update(diagnose({pid: text for pid, (text, _) in stacks.items() if text is not None}, gpu.kernel))
-    summary.update(
-        processes=len(rows),
-        stacks=how,
-        write_s=round(time.monotonic() - started, 3),
-        bytes=sum(f.stat().st_size for f in staging.root.rglob("*") if f.is_file()),
-    )
-    staging.summary.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    summary.update(processes=len(rows), stacks=how, write_s=round(time.monotonic() - started, 3), bytes=size)
+    encoded = json.dumps(summary, indent=2, sort_keys=True, default=str).encode(errors="replace")
+    _refused(files.replace(staging.summary, encoded, fsync=True), staging.summary)
     return summary

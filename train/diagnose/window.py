@@ -15,7 +15,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox.diagnose.evidence import CacheSample, ProcSample, Sample
 
-#: The whole tree is idle below this many cores of CPU (10 % of one core): a deadlocked trainer still
+#: The whole tree is idle below this many cores of CPU demand (10 % of one core): a deadlocked trainer still
 #: runs a few timer and watchdog threads (tqdm's monitor, torch's pin-memory thread), never more.
 IDLE_CPU_CORES = 0.1
 #: ... and below this rate of I/O (read + written characters, all processes): a beat-less child
@@ -40,14 +40,15 @@ class Interval:
     cpu_s: Dict[Tuple[int, float], float] = field(default_factory=dict)
     demand_s: Dict[Tuple[int, float], float] = field(default_factory=dict)  # falls back to cpu_s
     io: Dict[Tuple[int, float], int] = field(default_factory=dict)  # characters read + written
-    cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes)
+    written: int = 0  # characters the tree's processes wrote (wchar), where readable
+    cache_growth: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # var -> (files, bytes) this tree added
 
 
 def interval(before: Sample, after: Sample) -> Interval:
     """CPU used per process, I/O and cache growth from ``before`` to ``after``.
 
-    A process new in ``after`` counts with all its CPU time and I/O (it started within the interval).
-    Cache growth counts only when the tree used at least IDLE_CPU_CORES.
+    A process new in ``after`` counts with all its CPU time and I/O (it started within the interval). A cache's
+    growth counts only when this tree wrote it (:func:`_tree_wrote`).
     """
     change = Interval(seconds=max(after.ts - before.ts, 1e-6))
     for proc in after.procs:
@@ -60,19 +61,32 @@ def interval(before: Sample, after: Sample) -> Interval:
         if proc.io_chars is not None:
             base = old.io_chars if old is not None and old.io_chars is not None else 0
             change.io[proc.key] = max(0, proc.io_chars - base)
-    # A cache grows on this tree's account only while the tree uses CPU: the default caches
-    # (/tmp/torchinductor_<user>, ~/.cache/miopen) are shared with every other compile on the machine,
-    # while a compile of ours burns CPU in the tree (in-process through comgr or Inductor, or in a compiler).
-    tree_floor = IDLE_CPU_CORES * change.seconds
+        if proc.io_written is not None:
+            base = old.io_written if old is not None and old.io_written is not None else 0
+            change.written += max(0, proc.io_written - base)
     earlier = {c.var: c for c in before.caches}
     for cache in after.caches:
         old_cache = earlier.get(cache.var)
         if old_cache is None:  # the directory appeared within the interval
             old_cache = CacheSample(cache.var, cache.path, 0, 0, 0.0, capped=False)
         files, size = cache.files - old_cache.files, cache.bytes - old_cache.bytes
-        if (files > 0 or size > 0 or cache.newest > old_cache.newest) and sum(change.cpu_s.values()) >= tree_floor:
+        grew = files > 0 or size > 0 or cache.newest > old_cache.newest
+        if grew and _tree_wrote(change, after, cache, size):
             change.cache_growth[cache.var] = (max(files, 0), max(size, 0))
     return change
+
+
+def _tree_wrote(change: Interval, after: Sample, cache: CacheSample, size: int) -> bool:
+    """Whether a cache's growth of ``size`` bytes is this tree's doing.
+
+    The default caches (``~/.cache/miopen``, ``/tmp/torchinductor_<user>``) are shared with every other program of
+    the user: another compile writing there must not pass for ours, or a spinning tree (or a CUDA sync spinning on a
+    hung GPU) is taken for a compile and found up to ``--compile-cap`` late, and retried the wrong way (issue 33
+    item 10). So the growth is the tree's only when its own write counters grew at least as much (``wchar``: MIOpen
+    compiles in-process through comgr and writes each kernel itself), or one of its processes has a file under the
+    cache open (a find-db), or a compiler of the tree is busy. Using CPU alone proves nothing.
+    """
+    return bool(change.written >= max(size, 1) or cache.opened_by or compiling(change, after))
 
 
 def compiling(change: Interval, after: Sample) -> List[ProcSample]:
@@ -85,9 +99,14 @@ def compiling(change: Interval, after: Sample) -> List[ProcSample]:
 
 
 def is_idle(change: Interval, after: Sample) -> bool:
-    """The whole tree used under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing."""
+    """The whole tree wanted under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing.
+
+    Wanted, not used: CPU demand (time on a CPU and waiting for one, :attr:`Interval.demand_s`). On a loaded machine
+    a process that works gets a fraction of a core (on 2 cores at a load of 20, a torch import ran at 8.6 %) and was
+    taken for idle; a sleeping one wants nothing either way.
+    """
     return (
-        sum(change.cpu_s.values()) / change.seconds < IDLE_CPU_CORES
+        sum(change.demand_s.values()) / change.seconds < IDLE_CPU_CORES
         and sum(change.io.values()) / change.seconds < IDLE_IO_BYTES_PER_S
         and not change.cache_growth
         and not compiling(change, after)
@@ -178,7 +197,7 @@ class Window:
         """Evidence lines when a compile made progress lately; () when none.
 
         Progress is a compiler process that used CPU in the last interval, or a kernel cache
-        that grew, while the tree used CPU, within the last :data:`CACHE_PROGRESS_S`.
+        that this tree grew (:func:`_tree_wrote`) within the last :data:`CACHE_PROGRESS_S`.
         """
         samples = self.samples
         if len(samples) < 2:

@@ -1,18 +1,49 @@
-"""``RUN_DIR/events.jsonl``: the run's history, one JSON object per line.
+"""``RUN_DIR/events.jsonl``: the run's history, one JSON object per line, and its one reader.
 
 Every record has ``ts`` (unix seconds), ``event`` and ``attempt``. Lines are
-appended with one ``write`` on an ``O_APPEND`` descriptor and fsynced, so a
-crash loses at most the line being written and never corrupts earlier ones.
+appended with one ``write`` on an ``O_APPEND`` descriptor and fsynced
+(:meth:`trainbox.rundir.safe.RunFiles.append`), so a crash loses at most the
+line being written and never corrupts earlier ones. An ``events.jsonl`` that
+trainbox refuses (a link, a FIFO, a folder, a file with another hard link:
+:mod:`trainbox.rundir.safe`) cannot hold the history: :meth:`EventLog.emit`
+raises :class:`HistoryRefused`, whose line says so, and the supervisor ends
+there (exit 2: the run directory is bad input, and running again cannot help
+until it is fixed).
+
+:func:`history` reads the file back typed (:data:`EVENT`, :mod:`trainbox.rundir.records`): at most the newest
+:data:`EVENTS_BYTES` and :data:`MAX_EVENTS` records, lines that are not a usable record skipped and counted,
+never an exception (issue 33 item 7: a line ``[1]``, 100,000 ``[`` or a byte ``0xe9`` ended the supervisor,
+``status`` and ``report``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from trainbox.errors import UserError
+from trainbox.rundir.records import (
+    BEAT,
+    Records,
+    Schema,
+    exit_code,
+    files_of,
+    parse_records,
+    pid,
+    pids,
+    plain,
+    seconds,
+    table,
+    text,
+    texts,
+    timestamp,
+    whole,
+    wholes,
+)
+from trainbox.rundir.safe import Refusal
 
 #: start: an attempt was launched (carries ``profile``); stall: a budget ran out or the tree stayed idle
 #: (``rule``, ``cause``, ``evidence``, ``budget``, ``budget_s``, ``silent_s``); extend: a compile making
@@ -62,6 +93,42 @@ class Retry(str, Enum):
 
 #: Fields every record has; a ``device`` beat's fields of the same names are not copied.
 RECORD_FIELDS = ("ts", "event", "attempt")
+#: A line longer than this is not an event (a stall's, with a few ranks' last beats, is a few KiB).
+EVENT_LINE_BYTES = 1 << 20
+#: The newest part of the history that is read: years of a run's events; a larger file is read from its end.
+EVENTS_BYTES = 16 << 20
+#: Records kept of that part (the newest).
+MAX_EVENTS = 100_000
+
+#: Every field the README's events table names that a reader uses, with its kind (the rest pass as they are).
+EVENT = Schema(
+    {
+        "ts": timestamp,
+        "event": text,
+        "attempt": whole,
+        "profile": text,
+        "previous_profile": text,
+        "argv": plain,
+        "pid": pid,
+        **dict.fromkeys(("startup_timeout_s", "stall_timeout_s", "idle_timeout_s", "compile_cap_s"), seconds),
+        **dict.fromkeys(("rule", "cause", "action", "at", "budget", "phase", "incident", "incident_error"), text),
+        **dict.fromkeys(("budget_s", "silent_s", "incident_s", "kill_s", "delay_s", "gpu_release_s", "age_s"), seconds),
+        **dict.fromkeys(("killed_ts", "first_beat_ts", "first_step_ts", "quiet_until_ts"), timestamp),
+        **dict.fromkeys(("beats", "incident_bytes", "restarts", "stalls", "crashes", "hangs"), whole),
+        "evidence": texts,
+        "silent_ranks": wholes,
+        "sigkilled": pids,
+        "survivors": pids,
+        "learned": table(seconds),
+        "last_beat": BEAT,
+        "code": exit_code,
+        "code_before_kill": exit_code,
+        **dict.fromkeys(("after", "reason", "retry", "gpu_release"), text),
+        **dict.fromkeys(("supervisor_state", "proc_state", "wchan", "name", "stacks"), text),
+        "hung_after_s": seconds,
+    },
+    required=frozenset({"ts", "event"}),
+)
 
 
 def device_fields(beat: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -72,14 +139,26 @@ def device_fields(beat: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return {key: value for key, value in device.items() if key not in RECORD_FIELDS}
 
 
+class HistoryRefused(UserError):
+    """events.jsonl is something trainbox refuses to write through (see the module's docstring); exit 2."""
+
+    @classmethod
+    def at(cls, path: Path, refusal: Refusal) -> HistoryRefused:
+        return cls(
+            f"{refusal.line(path)}: the run's history cannot be written there; move it away and run again "
+            "(training resumes from its last checkpoint)"
+        )
+
+
 class EventLog:
-    """Appends to ``path``; its folder must exist (the supervisor's run-directory lock makes it)."""
+    """Appends to ``path`` (``RunDir.events``), through the run directory's safe operations."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.files, self.name = files_of(self.path)
 
     def emit(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
-        """Append one record and return it; OSError when it cannot be written."""
+        """Append one record and return it; raises HistoryRefused (refused file) or OSError (a full disk)."""
         record = self.record(event, attempt, **fields)
         self.append(record)
         return record
@@ -94,24 +173,17 @@ class EventLog:
     def append(self, record: Dict[str, Any]) -> None:
         """One line, one ``write`` on an ``O_APPEND`` descriptor, fsynced (threads may append at once)."""
         line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        refused = self.files.append(self.name, line, fsync=True)
+        if refused is not None:
+            raise HistoryRefused.at(self.path, refused)
+
+
+def history(path: Path) -> Records:
+    """The run's history, typed (see the module's docstring); a missing file is an empty history."""
+    files, name = files_of(path)
+    return parse_records(files.read_objects(name, EVENT_LINE_BYTES, EVENTS_BYTES, MAX_EVENTS), EVENT)
 
 
 def read_events(path: Path) -> List[Dict[str, Any]]:
-    """All complete records; a torn last line (crash mid-write) is ignored."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
+    """The usable records of :func:`history`, oldest first."""
+    return history(path).records

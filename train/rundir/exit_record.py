@@ -12,6 +12,10 @@ and record the real status in ``RUN_DIR/container-exit.json`` with the
 container's hostname (its short ID); ``invoke train`` reads it back
 (:func:`recorded`) and exits with the real status. A status that is not
 final (a crash) reaches Docker unchanged and is restarted, at most 3 times.
+
+The record is written and read through :mod:`trainbox.rundir.safe` and typed
+(:data:`EXIT_RECORD`): a container cannot make ``invoke train`` follow a link or
+read a FIFO there, and a record that says nothing usable is no record.
 """
 
 from __future__ import annotations
@@ -23,23 +27,30 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from trainbox.atomic import write_text_atomic
 from trainbox.errors import ExitCode
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.records import Schema, exit_code, read_record, text
 
 ENGINE_RESTARTS_ENV = "TRAINBOX_ENGINE_RESTARTS_ON_FAILURE"
 #: The commands whose outcome the container's restart policy is about (the image's ``demo`` and ``train`` run ``run``).
 SUPERVISED_COMMANDS = ("run", "supervise")
+#: The record is one small object.
+MAX_RECORD_BYTES = 4096
+EXIT_RECORD = Schema({"code": exit_code, "hostname": text}, required=frozenset({"code", "hostname"}))
 
 
 def for_engine(command: Optional[str], code: int, run_dir: Path) -> int:
     """The status to exit with: ``code``, or 0 for a final outcome where the engine restarts on failure."""
     if os.environ.get(ENGINE_RESTARTS_ENV) != "1" or command not in SUPERVISED_COMMANDS or not ExitCode.is_final(code):
         return code
-    record = RunDir(run_dir).container_exit
+    run = RunDir(run_dir)
+    record = run.container_exit
+    line = json.dumps({"code": code, "hostname": socket.gethostname()}) + "\n"
     try:
-        write_text_atomic(record, json.dumps({"code": code, "hostname": socket.gethostname()}) + "\n")
+        written = run.files.replace(record, line.encode()) is None
     except OSError:
+        written = False  # a full disk
+    if not written:
         return code  # unrecorded, a status can only be told to Docker as it is
     if code == ExitCode.OK:
         return code
@@ -52,8 +63,6 @@ def for_engine(command: Optional[str], code: int, run_dir: Path) -> int:
 
 def recorded(run_dir: Path, hostname: str) -> Optional[int]:
     """The status recorded by the container with ``hostname`` in ``run_dir``, if it recorded one."""
-    try:
-        record = json.loads(RunDir(run_dir).container_exit.read_text())
-        return int(record["code"]) if record.get("hostname") == hostname else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    run = RunDir(run_dir)
+    record, _ = read_record(run.files, run.container_exit, MAX_RECORD_BYTES, EXIT_RECORD)
+    return int(record["code"]) if record is not None and record["hostname"] == hostname else None

@@ -16,19 +16,29 @@ The names sort in the order the reports were written. ``RunDir.entries()`` lists
 ``tests/rundir/test_layout.py`` checks the README's run-directory table against that
 list both ways, so the table and the code cannot drift apart.
 
+Paths are only named here; they are opened, read, written and deleted through
+:attr:`RunDir.files` (:mod:`trainbox.rundir.safe`), never directly.
+
 Standard library only: the supervisor, the training child, its DataLoader
 workers and the host-side ``invoke status`` all import it.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, List, Tuple, Type, overload
+from typing import Any, List, Optional, Tuple, Type, overload
+
+from trainbox.rundir.safe import RunFiles
 
 #: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` or ``<rank>``.
 PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>", "<rank>")
+#: An incident report's folder name, ``<session>-<attempt>``: what a ``stall`` event's ``incident`` must end in.
+INCIDENT_NAME = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+#: Names listed when looking for a free session number (a run has a few reports per day).
+MAX_INCIDENTS_LISTED = 1_000_000
 
 
 class Documented:
@@ -79,6 +89,18 @@ class Numbering:
     @property
     def directory(self) -> Path:
         return self.root / self.pattern.rstrip("/").rsplit("/", 1)[0]
+
+    def number_of(self, name: str) -> Optional[int]:
+        """The number in ``name`` when it is one of these entries' names (``rank-3.json``: 3), else None.
+
+        For a pattern with one placeholder in its last part (a listing of :attr:`directory` is read with it).
+        """
+        last = self.pattern.rstrip("/").rsplit("/", 1)[-1]
+        shape = re.escape(last)
+        for placeholder in PLACEHOLDERS:
+            shape = shape.replace(re.escape(placeholder), "([0-9]{1,18})")
+        found = re.fullmatch(shape, name)
+        return int(found.group(1)) if found is not None and found.re.groups == 1 else None
 
 
 class Numbered(Documented):
@@ -171,9 +193,20 @@ class RunDir(_Layout):
         "in a trainbox container: the run's real exit status (see [Containers](#containers), restarts)",
     )
 
+    @property
+    def files(self) -> RunFiles:
+        """The safe file operations of this run directory (:mod:`trainbox.rundir.safe`): how its paths are used."""
+        return RunFiles(self.root)
+
     def incident(self, session: int, attempt: int) -> IncidentDir:
         """The stall report of ``attempt`` of the supervisor session ``session`` (see :meth:`new_session`)."""
         return IncidentDir(self.incident_dir(session, attempt))
+
+    def incident_named(self, where: str) -> Optional[IncidentDir]:
+        """The report a ``stall`` event names (as the supervisor saw it: in a container ``/runs/...``), found here by
+        its folder's name; None when the name is not a report's (``..``, ``/etc``)."""
+        name = PurePosixPath(where).name
+        return IncidentDir(self.incident_dir.directory / name) if INCIDENT_NAME.fullmatch(name) else None
 
     def new_session(self, started: float) -> int:
         """The session number of a supervisor started at ``started`` (unix seconds): UTC ``YYYYMMDDhhmmss``.
@@ -182,8 +215,10 @@ class RunDir(_Layout):
         runs at a time (:mod:`trainbox.rundir.lock`), but two short ones may start
         within the same second, and a report is never overwritten.
         """
+        listed = self.files.list_dir(self.incident_dir.directory, MAX_INCIDENTS_LISTED).value or []
+        taken = {name.split("-", 1)[0] for name in listed}
         while True:
             session = int(time.strftime("%Y%m%d%H%M%S", time.gmtime(started)))
-            if not any(self.incident_dir.directory.glob(f"{session}-*")):
+            if str(session) not in taken:
                 return session
             started += 1

@@ -11,6 +11,11 @@ only ever read to name the holder in the refusal.
 ``flock`` locks belong to the open file description: the descriptor is
 opened close-on-exec, so the training child never inherits the lock and
 cannot keep it after its supervisor is gone.
+
+The lock file is opened through :mod:`trainbox.rundir.safe`: a ``supervisor.lock``
+that is a link, a FIFO, a folder or has another hard link is refused in one
+line (exit 2) and nothing is written (issue 33 item 3: a link to ``last.pt``
+left 4 bytes of the checkpoint, holding a pid).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Optional
 
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.safe import Open, Refusal
 
 
 class RunLock:
@@ -32,10 +38,14 @@ class RunLock:
         self._fd: Optional[int] = None
 
     def acquire(self) -> None:
-        """Take the lock, or raise UserError naming the supervisor that holds it. Writes nothing when refused."""
+        """Take the lock, or raise UserError naming the supervisor that holds it (or the refusal). Writes nothing
+        when refused."""
         path = self.run_dir.lock
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        opened = self.run_dir.files.open_fd(path, Open.LOCK)
+        if opened.value is None:
+            refusal = opened.refused or Refusal.UNREADABLE
+            raise UserError(f"{refusal.line(path)}: the run directory cannot be locked; move it away and run again")
+        fd = opened.value
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

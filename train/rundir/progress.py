@@ -15,20 +15,34 @@ the earlier beat; ``startup`` before the first beat of an attempt) and the
 budget that was in force for it, so a report can set the learned and declared
 budgets against the rhythm they were meant for.
 
-Best-effort: a sample that cannot be written (a full disk) is dropped; the run's
-history proper is ``events.jsonl``. Lines are appended without fsync (about one
-every ``SAMPLE_S`` s: 100 KB an hour); read them back with
-:func:`trainbox.rundir.events.read_events` (the same format). Standard library only.
+Best-effort: a sample that cannot be written (a full disk, a ``progress.jsonl`` that
+:mod:`trainbox.rundir.safe` refuses) is dropped; the run's history proper is
+``events.jsonl``. Lines are appended without fsync (about one every ``SAMPLE_S`` s:
+100 KB an hour); :func:`read_samples` reads them back typed (:data:`SAMPLE`): a
+sample without a usable ``ts`` is skipped (it cannot be placed in time), a
+``silences`` that is not a table of silences is left out. Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Protocol
+
+from trainbox.rundir.records import (
+    Records,
+    Schema,
+    files_of,
+    number,
+    parse_records,
+    seconds,
+    table,
+    text,
+    timestamp,
+    whole,
+)
 
 #: At most one sample per this many seconds within a phase: fine enough for an epoch that lasts
 #: minutes, small enough for a run that lasts days (a phase change always samples).
@@ -37,6 +51,27 @@ SAMPLE_S = 5.0
 KEPT_FIELDS = ("phase", "epoch", "batch", "step", "imgs_per_s", "loss")
 #: The phase a silence before an attempt's first beat is counted in.
 STARTUP_PHASE = "startup"
+#: A sample is a few hundred bytes; a longer line is not one.
+SAMPLE_LINE_BYTES = 64 * 1024
+#: The newest part of progress.jsonl that is read (about 300 hours of samples), and the samples kept of it.
+PROGRESS_BYTES = 32 << 20
+MAX_SAMPLES = 200_000
+
+#: One sample as :meth:`ProgressLog.observe` writes it; ``ts`` makes the sample.
+SAMPLE = Schema(
+    {
+        "ts": timestamp,
+        "attempt": whole,
+        "phase": text,
+        "epoch": whole,
+        "batch": whole,
+        "step": whole,
+        "imgs_per_s": number,
+        "loss": number,
+        "silences": table(Schema({"s": seconds, "budget": text, "budget_s": seconds}, required=frozenset({"s"}))),
+    },
+    required=frozenset({"ts"}),
+)
 
 
 class NamedBudget(Protocol):
@@ -51,6 +86,7 @@ class ProgressLog:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.files, self.name = files_of(self.path)
         self._last_ts = 0.0
         self._last_phase: Optional[str] = None
         self._last_attempt: Optional[int] = None
@@ -77,9 +113,11 @@ class ProgressLog:
         sample["silences"] = self._silences
         self._silences = {}
         self._last_ts, self._last_phase, self._last_attempt = now, beat.get("phase"), attempt
-        with contextlib.suppress(OSError):  # best-effort: see the module's docstring
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, (json.dumps(sample, sort_keys=True, default=str) + "\n").encode())
-            finally:
-                os.close(fd)
+        with contextlib.suppress(OSError):  # best-effort (a refusal is returned and dropped too): see the docstring
+            self.files.append(self.name, (json.dumps(sample, sort_keys=True, default=str) + "\n").encode())
+
+
+def read_samples(path: Path) -> Records:
+    """The samples of ``progress.jsonl``, typed, oldest first (see the module's docstring)."""
+    files, name = files_of(path)
+    return parse_records(files.read_objects(name, SAMPLE_LINE_BYTES, PROGRESS_BYTES, MAX_SAMPLES), SAMPLE)

@@ -4,15 +4,30 @@ The supervisor rewrites state.json at least once a second while it lives (``heal
 :mod:`trainbox.supervise.watchdog`). Its ``state`` is a :class:`State`; :data:`TRANSITIONS` is the state machine
 the supervisor's record enforces, so a new ending or a new wait cannot quietly publish a state that ``health`` or
 ``status`` would misread. ``health``, ``status`` and the live view all read the file through :func:`read`, which
-never raises: a missing, torn or hand-edited file is ``None`` and one line saying why.
+never raises: a missing, torn, refused (a FIFO, a link, a folder: :mod:`trainbox.rundir.safe`) or hand-edited
+file is ``None`` and one line saying why; a usable one comes typed (:data:`STATE`, :mod:`trainbox.rundir.records`),
+its fields of the wrong kind left out.
 """
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
+
+from trainbox.rundir.records import (
+    BEAT,
+    Schema,
+    exit_code,
+    files_of,
+    pid,
+    read_record,
+    seconds,
+    table,
+    text,
+    timestamp,
+    whole,
+)
 
 
 class State(str, Enum):
@@ -33,6 +48,7 @@ class State(str, Enum):
     STARTING | RUNNING --SIGTERM/SIGINT/SIGHUP to the supervisor--> STOPPING --tree gone--> STOPPED
     CRASHED | STALLED | BACKOFF --the same signal--> STOPPED
     any --the run's history cannot be written-----> DISK_FULL
+    any --events.jsonl is refused (a link, a FIFO: trainbox.rundir.safe)--> REFUSED
     any --a process survives SIGKILL--------------> STUCK
     """
 
@@ -47,15 +63,24 @@ class State(str, Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     DISK_FULL = "disk_full"
+    REFUSED = "refused"
     STUCK = "stuck"
 
 
 #: States in which ``python -m trainbox health`` reports healthy (while beats keep coming).
 LIVE_STATES = (State.STARTING, State.RUNNING, State.BACKOFF)
 #: States after which the supervisor only exits: ``health --act`` never ends it there.
-FINAL_STATES = (State.SUCCEEDED, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED, State.DISK_FULL, State.STUCK)
-#: Reachable from any state: the disk under the history filled up, or a process outlived SIGKILL.
-ANYWHERE: FrozenSet[State] = frozenset({State.DISK_FULL, State.STUCK})
+FINAL_STATES = (
+    State.SUCCEEDED,
+    State.GAVE_UP,
+    State.MISCONFIGURED,
+    State.STOPPED,
+    State.DISK_FULL,
+    State.REFUSED,
+    State.STUCK,
+)
+#: Reachable from any state: the history cannot be written (a full disk, a refused file), or a process outlived SIGKILL.
+ANYWHERE: FrozenSet[State] = frozenset({State.DISK_FULL, State.REFUSED, State.STUCK})
 #: Every other move the supervisor may make (the class docstring draws them). Staying in a state is always allowed.
 TRANSITIONS: Mapping[State, FrozenSet[State]] = {
     State.STARTING: frozenset({State.RUNNING, State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED, State.GAVE_UP}),
@@ -79,17 +104,50 @@ def check_transition(now: State, then: State) -> None:
     raise InvalidTransition(f"the supervisor cannot go from {now.value} to {then.value}")
 
 
+#: state.json is one small object (the last beat inside it included).
+MAX_STATE_BYTES = 1 << 20
+
+#: Every field the supervisor writes into state.json, with its kind (``health``, ``status`` and the live view read them).
+STATE = Schema(
+    {
+        "state": text,
+        "supervisor_pid": pid,
+        "supervisor_started_ts": timestamp,
+        "supervisor_start_ticks": whole,
+        "boot_id": text,
+        "session": whole,
+        "hung_after_s": seconds,
+        "updated_ts": timestamp,
+        "quiet_until_ts": timestamp,
+        "attempt": whole,
+        "profile": text,
+        "child_pid": pid,
+        "launched_ts": timestamp,
+        "budget": Schema({"name": text, "seconds": seconds}),
+        "silent_s": seconds,
+        "last_progress_ts": timestamp,
+        "heartbeat": BEAT,
+        "progress_source": text,
+        "learned": table(seconds),
+        "next_attempt_ts": timestamp,
+        "restarts": whole,
+        "stalls": whole,
+        "crashes": whole,
+        "last_stall": Schema({"attempt": whole, "cause": text, "evidence": text}),
+        "exit_code": exit_code,
+    }
+)
+
+
 def read(path: Path) -> Tuple[Optional[Dict[str, Any]], str]:
-    """state.json as a dict, or None and one line saying why (not there yet, unreadable, not an object)."""
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
+    """state.json, typed, or None and one line saying why (not there yet, refused, unreadable, not an object)."""
+    files, name = files_of(path)
+    state, why = read_record(files, name, MAX_STATE_BYTES, STATE)
+    if state is not None:
+        return state, ""
+    if why == "missing":
         return None, f"no supervisor state at {path} (not started yet?)"
-    except (OSError, ValueError) as exc:
-        return None, f"unreadable supervisor state at {path} ({exc})"
-    if not isinstance(state, dict):
-        return None, f"unreadable supervisor state at {path} (not a JSON object)"
-    return state, ""
+    return None, f"unreadable supervisor state at {path} ({why})"
 
 
 def state_of(record: Mapping[str, Any]) -> Optional[State]:

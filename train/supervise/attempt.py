@@ -28,9 +28,9 @@ import time
 from typing import IO, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox import heartbeat
-from trainbox.errors import Stuck
+from trainbox.errors import Stuck, say
 from trainbox.rundir.layout import RunDir
-from trainbox.supervise import ranks, terminal
+from trainbox.supervise import gpu_release, ranks, terminal
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.output import OutputTee
 from trainbox.supervise.output_progress import PATTERNS, LinePattern, OutputProgress
@@ -130,7 +130,11 @@ class Attempt:
 
     def __enter__(self) -> Attempt:
         """Start the child; CannotStart when the command cannot run at all."""
-        ranks.clear(self.run_dir)
+        left = ranks.clear(self.run_dir)
+        if left is not None:
+            say(left)
+        #: The GPUs' used memory before the child starts: what a gpu_wait retry waits to get back to in a container.
+        self.gpu_before_mib = gpu_release.baseline()
         self.started = time.monotonic()
         try:
             self.proc, output = start(self.launch.argv, self.env)
@@ -138,7 +142,7 @@ class Attempt:
             raise CannotStart(exc.strerror or str(exc)) from exc
         counters = OutputProgress(self.patterns)
         try:
-            self.tee = OutputTee(output, self.run_dir.attempt_log(self.number), self.echo, counters)
+            self.tee = OutputTee(output, self.run_dir.files, self.run_dir.attempt_log(self.number), self.echo, counters)
         except BaseException:
             output.close()
             self.proc.kill()  # no handle to watch or end it by: it must not run on alone

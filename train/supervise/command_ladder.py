@@ -113,7 +113,7 @@ def _one_line(path: Path, error: ValidationError) -> str:
 def load(path: Path) -> List[Rung]:
     """The rungs of ladder file ``path``, validated; LadderError (one line, exit 2) when it cannot be used."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(Path(path).read_text())  # not the run directory: the person's ladder file
     except OSError as exc:
         raise LadderError(f"ladder {path}: cannot read it ({exc.strerror or exc})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:

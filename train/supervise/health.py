@@ -9,7 +9,8 @@ The supervisor is **hung** when it has broken that promise: state.json not
 updated for ``hung_after_s`` (``--hung-after``, default 60 s) after its last
 update or after the end of the work it declared (``quiet_until_ts``), while
 the process that wrote it is still there and the run is not over (:func:`hung`,
-a pure function of the file, the clock and the process's start time).
+a pure function of the file, the clock and whether the process under the pid is
+still the supervisor: its start ticks and boot, :func:`trainbox.supervise.watchdog.same_process`).
 
 ``--act`` (the containers' HEALTHCHECK runs it every 30 s) ends a hung
 supervisor, the systemd ``WatchdogSec=`` pattern carried out by the health
@@ -29,6 +30,11 @@ gives the container's health check): never a command read from the run directory
 may have written. It waits for the notifier (:data:`trainbox.supervise.notify.CLOSE_S` at most) *before* the
 SIGKILL, because in a container that kill ends the health check too; that keeps the whole act within the
 health check's 20 s timeout (a test adds the bounds up).
+
+state.json comes typed (:func:`trainbox.rundir.state.read`), and everything this
+module reads or writes in the run directory goes through :mod:`trainbox.rundir.safe`:
+a stack dump that is a FIFO or a link is no dump, a report that cannot be written
+is none (the kill matters more).
 """
 
 from __future__ import annotations
@@ -42,20 +48,15 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
-from trainbox.atomic import write_text_atomic
-from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S
+from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S, read_new_dump
 from trainbox.heartbeat import STACK_DUMP_SIGNAL
 from trainbox.rundir import state as state_file
 from trainbox.rundir.layout import RunDir
-from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State
+from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State, state_of
 from trainbox.supervise import notify, watchdog
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import HUNG_AFTER
 from trainbox.system import proctree
-
-#: How far the start time of the process with state.json's pid may be from the one the supervisor wrote
-#: (the same clock read by two processes; a recycled pid started later, at least seconds later).
-SAME_PROCESS_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -72,39 +73,39 @@ class Hang:
     quiet_until_ts: Optional[float]
 
 
-def hung(state: Mapping[str, Any], now: float, started_ts: Optional[float]) -> Optional[Hang]:
-    """The hang to act on, or None. ``started_ts``: when the process with the state's pid started (None: no such process).
+def hung(state: Mapping[str, Any], now: float, same_process: bool) -> Optional[Hang]:
+    """The hang to act on, or None. ``same_process``: the process under the state's pid is the supervisor that
+    wrote it (:func:`trainbox.supervise.watchdog.same_process`; False when there is none).
 
-    Pure: tests call it with a dictionary and a clock.
+    Pure: tests call it with a dictionary and a clock. ``state`` is typed (:data:`trainbox.rundir.state.STATE`).
     """
-    if State(state.get("state", State.STOPPED.value)) in FINAL_STATES:
-        return None  # the run is over: a supervisor slow to exit is not watching anything
-    own_start = state.get("supervisor_started_ts")
-    if started_ts is None or own_start is None or abs(started_ts - float(own_start)) > SAME_PROCESS_S:
+    phase = state_of(state)
+    if phase is None or phase in FINAL_STATES:
+        return None  # the run is over (a supervisor slow to exit watches nothing), or the state is not one we know
+    if not same_process or state.get("supervisor_pid") is None:
         return None  # gone, or the pid belongs to another process now (a new supervisor after a restart)
     if not _promise_broken(state, now):
         return None
-    updated = float(state.get("updated_ts", 0))
-    quiet_until = state.get("quiet_until_ts")
+    updated = state.get("updated_ts") or 0.0
     return Hang(
-        pid=int(state["supervisor_pid"]),
-        session=int(state.get("session") or time.strftime("%Y%m%d%H%M%S", time.gmtime(updated))),
-        attempt=int(state.get("attempt") or 0),
-        state=str(state.get("state")),
+        pid=state["supervisor_pid"],
+        session=state.get("session") or int(time.strftime("%Y%m%d%H%M%S", time.gmtime(updated))),
+        attempt=state.get("attempt") or 0,
+        state=phase.value,
         age_s=round(now - updated, 1),
         hung_after_s=_bound(state),
-        quiet_until_ts=float(quiet_until) if quiet_until else None,
+        quiet_until_ts=state.get("quiet_until_ts"),
     )
 
 
 def _bound(state: Mapping[str, Any]) -> float:
     """The supervisor's promise: state.json rewritten at least this often (a state without one: the default)."""
-    return float(state.get("hung_after_s") or HUNG_AFTER.default)
+    return state.get("hung_after_s") or float(HUNG_AFTER.default)
 
 
 def _promise_broken(state: Mapping[str, Any], now: float) -> bool:
     """Past ``hung_after_s`` since the last update, or since the end of the work declared (``quiet_until_ts``)."""
-    return now > max(float(state.get("updated_ts", 0)), float(state.get("quiet_until_ts") or 0)) + _bound(state)
+    return now > max(state.get("updated_ts") or 0.0, state.get("quiet_until_ts") or 0.0) + _bound(state)
 
 
 @dataclass(frozen=True)
@@ -125,38 +126,39 @@ def check(run_dir: Path, now: float = 0.0, act: bool = False, tell: Notify = Not
     state, why = state_file.read(run.state)
     if state is None:
         return False, why
-    try:
-        if act:
-            hang = hung(state, now, watchdog.started(int(state.get("supervisor_pid", 0))))
-            if hang is not None:
-                return False, end(run, hang, tell)
-        return _judge(state, now)
-    except (TypeError, ValueError, AttributeError) as exc:
-        return False, f"unreadable supervisor state at {run.state} ({exc})"
+    if act:
+        pid = state.get("supervisor_pid")
+        hang = hung(state, now, pid is not None and watchdog.same_process(state, pid))
+        if hang is not None:
+            return False, end(run, hang, tell)
+    return _judge(state, now)
 
 
 def _judge(state: Dict[str, Any], now: float) -> Tuple[bool, str]:
-    phase = State(state.get("state", State.STOPPED.value))
+    phase = state_of(state)
+    if phase is None:
+        return False, f"supervisor state {state.get('state')!r} is not one trainbox writes"
     if phase is State.SUCCEEDED:
         return True, "training completed"
     if phase not in LIVE_STATES:
         return False, f"supervisor is {phase.value}"
-    if not psutil.pid_exists(int(state.get("supervisor_pid", 0))):
+    pid = state.get("supervisor_pid")
+    if pid is None or not psutil.pid_exists(pid):
         return False, "supervisor process is gone"
-    age = now - float(state.get("updated_ts", 0))
+    age = now - (state.get("updated_ts") or 0.0)
     if _promise_broken(state, now):
         return False, f"supervisor state not updated for {age:.0f} s (promised every {_bound(state):.0f} s): hung"
     if phase is State.BACKOFF:
-        wait = max(0.0, float(state.get("next_attempt_ts") or now) - now)
-        return True, f"backoff, attempt {state.get('attempt', 0)} starts in {wait:.0f} s"
+        wait = max(0.0, (state.get("next_attempt_ts") or now) - now)
+        return True, f"backoff, attempt {state.get('attempt') or 0} starts in {wait:.0f} s"
     budget = state.get("budget") or {}
-    silent = float(state.get("silent_s") or 0.0) + age
-    limit = float(budget.get("seconds", 0) or 0)
+    silent = (state.get("silent_s") or 0.0) + age
+    limit = budget.get("seconds") or 0.0
     if limit and silent > limit:
         return False, f"silent {silent:.0f} s > {budget.get('name')} budget {limit:.0f} s"
     beat = state.get("heartbeat") or {}
-    where = ", ".join(f"{k} {beat[k]}" for k in ("phase", "epoch", "batch") if k in beat)
-    return True, f"{phase.value}, attempt {state.get('attempt', 0)}" + (f", {where}" if where else "") + (
+    where = ", ".join(f"{k} {beat[k]}" for k in ("phase", "epoch", "batch") if beat.get(k) is not None)
+    return True, f"{phase.value}, attempt {state.get('attempt') or 0}" + (f", {where}" if where else "") + (
         f", silent {silent:.0f}/{limit:.0f} s" if limit else ""
     )
 
@@ -166,7 +168,8 @@ def _stack_dump(run: RunDir, pid: int) -> Tuple[str, str]:
     if not proctree.caught_signals(pid) & (1 << (STACK_DUMP_SIGNAL - 1)):
         return "", "no stack-dump handler registered (SIGUSR1 would kill it)"
     path = run.stack_dump(pid)
-    offset = path.stat().st_size if path.exists() else 0
+    before = run.files.stat(path).value
+    offset = before.st_size if before is not None else 0
     try:
         os.kill(pid, STACK_DUMP_SIGNAL)
         os.kill(pid, signal.SIGCONT)  # a stopped (SIGSTOP, Ctrl-Z) process runs its handler only when continued
@@ -174,11 +177,9 @@ def _stack_dump(run: RunDir, pid: int) -> Tuple[str, str]:
         return "", f"could not signal: {exc.strerror}"
     deadline = time.monotonic() + FAULTHANDLER_WAIT_S
     while time.monotonic() < deadline:
-        if path.exists() and path.stat().st_size > offset:
-            time.sleep(0.2)  # the handler writes thread by thread
-            with path.open() as handle:
-                handle.seek(offset)
-                return handle.read(), "faulthandler"
+        dump = read_new_dump(run.files, path, offset)
+        if dump is not None:
+            return dump, "faulthandler"
         time.sleep(0.05)
     return "", f"no faulthandler dump within {FAULTHANDLER_WAIT_S:.0f} s"
 
@@ -202,11 +203,11 @@ def end(run: RunDir, hang: Hang, tell: Notify = Notify()) -> str:
         "name": kernel["name"],
         "stacks": how,
     }
+    header = "".join(f"{key}: {value}\n" for key, value in evidence.items())
     incident: Optional[str] = str(report)
     try:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        header = "".join(f"{key}: {value}\n" for key, value in evidence.items())
-        write_text_atomic(report, f"{header}\n{stacks or 'no stacks: ' + how}\n")
+        if run.files.replace(report, f"{header}\n{stacks or 'no stacks: ' + how}\n".encode(errors="replace")) is not None:
+            incident = None  # refused (a link, a folder there): the kill matters more than the report
     except OSError:
         incident = None  # a full disk: the kill matters more than the report
     record = Record(run)

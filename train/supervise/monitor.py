@@ -2,12 +2,13 @@
 
 :meth:`Monitor.run` starts an :class:`~trainbox.supervise.attempt.Attempt` and polls it every ``POLL_S`` at most:
 the progress it made (its beats, every rank's under torchrun, or while it has not beaten the counters its output
-shows: :mod:`trainbox.supervise.progress_source` decides which counts) goes to the progress log and ends the
-silence being judged; an attempt that shows neither is told once how to give progress; the silence of the slowest
-rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (keep watching, extend for a compile, or a
-stall, which :mod:`trainbox.supervise.stall` handles); state.json is kept fresh for ``health``. What it returns
-is the attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the
-policy's business, not the monitor's.
+shows: :mod:`trainbox.supervise.progress_source` decides which counts) goes to the progress log; an attempt that
+shows neither is told once how to give progress; the silence of the slowest rank is judged by
+:class:`~trainbox.supervise.silence.SilenceWatch` (a new silence when that rank changes or makes progress, not
+when any other rank does; keep watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall`
+handles); state.json is kept fresh for ``health``. What it returns is the attempt's
+:class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the policy's business, not
+the monitor's.
 
 The supervisor's loop runs attempts through this one class, which is why an in-process test can put a stand-in
 in its place (``tests/supervise/test_loop.py``) and script whole runs in milliseconds.
@@ -137,6 +138,7 @@ class Monitor:
             if saved and self._moved(attempt, outcome):
                 return outcome
             lagging = attempt.progress.lagging(now)  # the job is as far as its slowest rank (or its one process)
+            attempt.watch.judging(lagging.rank, lagging.silent_s)  # a new silence is judged: the last one's window goes
             stalled = self._judge_silence(attempt, outcome, lagging)
             if stalled is not None:
                 return stalled
@@ -192,7 +194,6 @@ class Monitor:
             self.progress.observe(attempt.number, progress.previous, progress.silent_s, progress.budget, progress.record)
         if not progressed:
             return False, False
-        attempt.watch.beat()
         saved = outcome.saw(record, time.time())
         if self.record.state is State.STARTING:
             self.record.set_state(State.RUNNING, heartbeat=record)

@@ -9,7 +9,9 @@ the last lines are the output tail of incidents, crash events and give-up messag
 Its one rule: the child's output is always drained, because a child that cannot write blocks, stops making
 progress, and would be killed as stalled for a fault that is ours (a closed terminal, a full disk, a bug in the
 reading). So a reader that goes away only ends the echo, a failed log write loses that chunk, and a line that
-cannot be read ends the reading for the attempt, never the draining.
+cannot be read ends the reading for the attempt, never the draining. The log is opened through
+:mod:`trainbox.rundir.safe`: a ``logs`` link or a FIFO in its place is refused, said in one line, and the output is
+then only echoed and read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from trainbox.errors import say
+from trainbox.rundir.safe import Open, RunFiles
 from trainbox.supervise.output_progress import OutputProgress
 from trainbox.supervise.terminal import TAIL_LINES, TerminalLines
 
@@ -35,12 +38,16 @@ class OutputTee:
     it was read.
     """
 
-    def __init__(self, stream: Any, log_path: Path, echo: bool, progress: Optional[OutputProgress] = None) -> None:
+    def __init__(
+        self, stream: Any, files: RunFiles, log_path: Path, echo: bool, progress: Optional[OutputProgress] = None
+    ) -> None:
         self._fd = stream.fileno()
         self._stream = stream
         self._log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        opened = files.open_fd(log_path, Open.APPEND)
+        self._log: Optional[int] = opened.value
+        if opened.refused is not None:
+            say(f"{opened.refused.line(log_path)}: the child's output of this attempt is not logged")
         self._log_failing = False
         self._echo = echo
         self.lines = TerminalLines()
@@ -80,6 +87,8 @@ class OutputTee:
             self.last_output = now
 
     def _write_log(self, chunk: bytes) -> None:
+        if self._log is None:
+            return
         try:
             view = memoryview(chunk)
             while view:
@@ -98,7 +107,7 @@ class OutputTee:
         except (OSError, ValueError):  # EPIPE, EIO from a hung-up terminal; ValueError: stdout was closed
             self._echo = False
             with contextlib.suppress(OSError, ValueError):
-                devnull = os.open(os.devnull, os.O_WRONLY)
+                devnull = os.open(os.devnull, os.O_WRONLY)  # not the run directory: /dev/null
                 os.dup2(devnull, sys.stdout.fileno())
                 os.close(devnull)
 
@@ -113,4 +122,5 @@ class OutputTee:
     def close(self) -> None:
         self._thread.join(timeout=2.0)
         self._stream.close()
-        os.close(self._log)
+        if self._log is not None:
+            os.close(self._log)

@@ -29,11 +29,17 @@ rejoin a multi-node rendezvous after its supervisor restarted it.
 :func:`failure` reads what torchrun says about a failed rank: its error file
 (``TORCHELASTIC_ERROR_FILE``, which the supervisor points at
 ``logs/attempt-<n>.torchrun-error.json``) and its "Root Cause" summary.
+
+Every file is read and deleted through :mod:`trainbox.rundir.safe` and every beat comes typed
+(:func:`trainbox.rundir.records.read_beat`): :func:`clear` deletes only the names beats are written under (a
+``heartbeats`` link is refused, never followed and emptied; a folder in it is left alone), a FIFO in place of a
+beat is no beat (opening it would have blocked the supervisor for good), a beat that claims more than
+:data:`trainbox.rundir.records.MAX_LOCAL_RANKS` ranks on its node names none, and at most
+:data:`trainbox.rundir.records.MAX_RANK_FILES` rank files are read (issue 33 items 2, 4, 5 and 6).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +49,8 @@ import psutil
 
 from trainbox import heartbeat
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.records import Schema, exit_code, files_of, rank_files, read_beat, read_record, text
+from trainbox.rundir.safe import Refusal, names
 from trainbox.supervise.budgets import Budget, BudgetPolicy
 
 #: Where torchrun (torch.distributed.elastic) writes the first failed rank's error, when its entry point is ``@record``.
@@ -55,6 +63,9 @@ ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 #: torchruns fail (torch 2.x, ``DynamicRendezvousHandler.next_rendezvous``). Without the sharing,
 #: rank 0 publishes it in every round.
 TORCHRUN_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+#: The names the beats are written under (and their temporary files): all that :func:`clear` deletes.
+HEARTBEAT_FILES = names(RunDir.heartbeat.name)
+RANK_FILES = names(RunDir.rank_heartbeat.name)
 
 
 @dataclass
@@ -96,13 +107,19 @@ class Standing:
         return {"silent_s": round(self.silent_s, 3), **budget, "last_beat": self.beat}
 
 
-def clear(run: RunDir) -> None:
-    """Remove the last attempt's heartbeat files: a new attempt starts silent."""
-    run.heartbeat.unlink(missing_ok=True)
+def clear(run: RunDir) -> Optional[str]:
+    """Remove the last attempt's heartbeat files: a new attempt starts silent. One line for what was left alone
+    or refused (a folder among the rank files, a ``heartbeats`` link), else None."""
+    files = run.files
+    files.remove(run.heartbeat, HEARTBEAT_FILES)
+    cleared = files.clear(run.rank_heartbeat.directory, RANK_FILES)
     directory = run.rank_heartbeat.directory
-    if directory.is_dir():
-        for path in directory.iterdir():
-            path.unlink(missing_ok=True)
+    if cleared.refused is not None and cleared.refused is not Refusal.MISSING:
+        return f"{cleared.refused.line(directory)}: rank beats are not read there"
+    if cleared.left:
+        left = ", ".join(f"{name} ({refusal.value})" for name, refusal in cleared.left.items())
+        return f"{directory}: left alone: {left}" + (f" and {cleared.more_left} more" if cleared.more_left else "")
+    return None
 
 
 def _alive(pid: int) -> bool:
@@ -160,10 +177,10 @@ class JobBeats:
 
         Each rank's silence before its progress also teaches the policy that rank's rhythm (learned budgets).
         """
-        progressed = [p for p in [self._advance(self.single, heartbeat.read(self.run.heartbeat), now)] if p]
-        directory = self.run.rank_heartbeat.directory
-        for path in sorted(directory.iterdir()) if directory.is_dir() else []:
-            record = heartbeat.read(path)
+        progressed = [p for p in [self._advance(self.single, read_beat(self.run.files, self.run.heartbeat), now)] if p]
+        files = self.run.files
+        for number in rank_files(self.run):
+            record = read_beat(files, self.run.rank_heartbeat(number))
             rank = _rank_of(record)
             pid = record.get("pid") if record is not None else None
             if record is None or rank is None or not isinstance(pid, int) or pid in self.gone:
@@ -231,6 +248,17 @@ class JobBeats:
         }
 
 
+_ERROR_MESSAGE = Schema({"message": text, "errorCode": exit_code})
+
+
+def _message(value: Any) -> Any:
+    return text(value) if isinstance(value, str) else _ERROR_MESSAGE(value)
+
+
+#: torchrun's error file: ``{"message": {"message": ..., "errorCode": ...}}`` (``@record``), or a message as text.
+TORCHRUN_ERROR = Schema({"message": _message})
+#: An error file holds one exception with its traceback.
+MAX_ERROR_FILE_BYTES = 1 << 20
 #: One entry of torchrun's "Root Cause (first observed failure)" summary, as torch.distributed.elastic prints it.
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(-?\d+) \(local_rank: (-?\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 
@@ -245,13 +273,12 @@ def failure(error_file: Path, output_tail: str) -> Optional[Dict[str, Any]]:
     match = _ROOT_CAUSE.search(output_tail)
     if match:
         found.update(rank=int(match.group(1)), local_rank=int(match.group(2)), exitcode=int(match.group(3)))
-    try:
-        message = json.loads(error_file.read_text()).get("message", {})
-    except (OSError, ValueError, AttributeError):
-        message = None
+    files, name = files_of(error_file)
+    record, _ = read_record(files, name, MAX_ERROR_FILE_BYTES, TORCHRUN_ERROR)
+    message = (record or {}).get("message")
     if isinstance(message, dict):
         found["error"] = message.get("message")
-        if "errorCode" in message and "exitcode" not in found:
+        if message.get("errorCode") is not None and "exitcode" not in found:
             found["exitcode"] = message["errorCode"]
     elif isinstance(message, str):
         found["error"] = message

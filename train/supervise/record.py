@@ -3,11 +3,14 @@
 Three promises, each kept here so that no other piece of the supervisor has to know them:
 
 * **the history must not be lost.** :meth:`Record.emit` appends to ``events.jsonl`` and raises
-  :class:`~trainbox.errors.DiskFull` when the disk refuses: the supervisor then ends the tree and exits with one
+  :class:`~trainbox.errors.DiskFull` when the disk refuses, or
+  :class:`~trainbox.rundir.events.HistoryRefused` when the file is something trainbox refuses to write through
+  (a link, a FIFO: :mod:`trainbox.rundir.safe`): the supervisor then ends the tree and exits with one
   line, rather than run on with a history that no longer says what happened. Only the endings that are already
   about a broken disk or a stuck kernel write theirs best-effort (:meth:`Record.emit_best_effort`).
 * **state.json is fresh.** :meth:`Record.publish` rewrites it at most once a second (``force`` for news that
-  ``health`` must see at once) and never fails: a full disk leaves an old state, which ``health`` reads as stale.
+  ``health`` must see at once) and never fails: a full disk (or a folder planted where it goes) leaves an old
+  state, which ``health`` reads as stale.
   Work that may keep it unwritten for longer is declared first (:meth:`Record.quiet`), as
   :mod:`trainbox.supervise.watchdog` promises ``health``.
 * **the state moves only along the machine.** :meth:`Record.set_state` checks every move against
@@ -28,9 +31,8 @@ import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from trainbox.atomic import write_text_atomic
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull
-from trainbox.rundir.events import EventLog
+from trainbox.rundir.events import EventLog, HistoryRefused
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import State, check_transition
 from trainbox.supervise.policy import Counters, Outcome
@@ -51,6 +53,7 @@ class Record:
     def __init__(self, run_dir: RunDir, on_publish: Optional[Callable[[RunDir], None]] = None) -> None:
         self.run_dir = run_dir
         self.events = EventLog(run_dir.events)
+        self.files = run_dir.files
         self.state = State.STARTING
         self.counters = Counters()
         #: What state.json says besides the state and the counters (attempt, budget, last beat, ...).
@@ -78,7 +81,7 @@ class Record:
     def emit_best_effort(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
         """Append when the disk allows (the endings about the disk or the kernel, a notifier's failure); told either way."""
         record = self.events.record(event, attempt, **fields)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, HistoryRefused):
             self.events.append(record)
         self._tell(record)
         return record
@@ -107,10 +110,12 @@ class Record:
             self._status, **self.counters.published(), state=self.state.value, supervisor_pid=os.getpid(), updated_ts=time.time()
         )
         try:
-            write_text_atomic(self.run_dir.state, json.dumps(record, sort_keys=True, default=str), fsync=False)
+            data = json.dumps(record, sort_keys=True, default=str).encode()
+            refused = self.files.replace(self.run_dir.state, data, fsync=False)
         except OSError:
             return  # best-effort (a full disk): `health` reads an old state as stale, and the next publish tries again
-        self._written = now
+        if refused is None:
+            self._written = now  # refused (a folder in its place): tried again at the next publish, like a full disk
         if self._on_publish is not None and (force or now - self._refreshed >= REFRESH_EVERY_S):
             self._refreshed = now
             self._on_publish(self.run_dir)

@@ -128,6 +128,8 @@ class SilenceWatch:
         self.reported = False
         #: This silence's diagnosis (``diagnose``), for the stall event.
         self.fields: Optional[Dict[str, Any]] = None
+        #: Whose silence was judged last (a rank; None: the one process) and how long it was then.
+        self._judged: Optional[Tuple[Optional[int], float]] = None
 
     def beat(self) -> None:
         """Progress: this silence is over."""
@@ -137,6 +139,16 @@ class SilenceWatch:
         self._compiling = ((), 0.0)
         self.reported = False
         self.fields = None
+
+    def judging(self, who: Optional[int], silent_s: float) -> None:
+        """The silence judged next is ``who``'s (a rank; None: the one process), ``silent_s`` long. When that is not
+        the silence judged last (another rank lags now, or the same one made progress), that silence is over
+        (:meth:`beat`); a beat of any other rank changes nothing. Under torchrun the window was cleared whenever
+        any rank progressed, so ``--idle-timeout`` and the compile extension acted only when every rank was silent
+        (issue 33 item 13)."""
+        if self._judged is not None and (who != self._judged[0] or silent_s < self._judged[1]):
+            self.beat()
+        self._judged = (who, silent_s)
 
     def budget_s(self, budget: Budget) -> float:
         """The budget in force in this silence: the phase's, or what a compile's extensions granted."""

@@ -69,12 +69,12 @@ def _write_incident(attempt: Attempt, outcome: Outcome, reason: Dict[str, Any], 
         # Declared to `health` (trainbox.supervise.watchdog); ending the tree, which comes next, ends the declaration.
         attempt.record.publish(force=True, quiet_until_ts=time.time() + incident.time_limit(len(attempt.tree.alive())))
         summary = incident.write_incident(
+            attempt.run_dir,
             where,
             tree=attempt.tree,
             reason=reason,
             last_beat=outcome.last_beat,
             output_tail=attempt.tee.tail(),
-            dumps=attempt.run_dir.stack_dump,
             samples=attempt.watch.window.to_json(),
             diagnose=lambda stacks, kernel: attempt.watch.diagnose(call, stacks, kernel),
         )
@@ -150,7 +150,7 @@ def kill(attempt: Attempt, outcome: Outcome, findings: StallFindings) -> Outcome
         raise stuck
     say(f"tree killed in {killed - diagnosed:.1f} s")
     found = findings.fields()
-    outcome.detail.update({key: found[key] for key in OUTCOME_KEYS}, pids=pids)
+    outcome.detail.update({key: found[key] for key in OUTCOME_KEYS}, pids=pids, gpu_before_mib=attempt.gpu_before_mib)
     if code_before_kill == 0:
         say(f"attempt {attempt.number} completed (exit status 0) while its incident report was written")
         outcome.kind, outcome.code = OutcomeKind.EXITED, 0

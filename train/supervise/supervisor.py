@@ -27,6 +27,9 @@ What the supervisor must survive, and how:
   best-effort and killing and restarting go on without them; only the run's
   history (``events.jsonl``) must be written, and when it cannot be the
   supervisor ends the tree and exits ``ExitCode.DISK_FULL`` with one line;
+* a run directory whose content is hostile (issue 33): everything in it is read and written through
+  :mod:`trainbox.rundir.safe`; an ``events.jsonl`` it refuses (a link, a FIFO, a folder) is one line and exit 2,
+  before anything starts when it is found at the start, else as the run's end (state ``refused``);
 * a process that survives SIGKILL (D state in a hung driver): waiting for it
   would hang forever, so the supervisor gives up with ``ExitCode.STUCK`` and
   one line naming it and its kernel wait channel (a reboot is needed).
@@ -44,9 +47,10 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol
 
 from trainbox import errors, interrupt
 from trainbox.errors import DiskFull, ExitCode, Stuck, TrainboxError, say
-from trainbox.rundir.events import read_events
+from trainbox.rundir.events import HistoryRefused, history
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.lock import RunLock
+from trainbox.rundir.safe import Refusal
 from trainbox.rundir.state import State
 from trainbox.supervise import gpu_release, notify, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
@@ -109,13 +113,17 @@ class Supervisor:
         """
         lock = RunLock(self.run_dir)
         lock.acquire()
+        past = history(self.run_dir.events)
+        if past.refused not in (None, Refusal.MISSING):
+            lock.release()
+            raise HistoryRefused.at(self.run_dir.events, past.refused or Refusal.UNREADABLE)
         self.session = self.run_dir.new_session(time.time())
         if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
             self._notifier = notify.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
         self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s))
         own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
-        self.hangs = watchdog.hangs_in_a_row(read_events(self.run_dir.events))
+        self.hangs = watchdog.hangs_in_a_row(past.records)
         code: int = ExitCode.GAVE_UP
         try:
             code = self._hung_too_often() if self.hangs >= watchdog.MAX_HANGS else self._loop()
@@ -123,9 +131,11 @@ class Supervisor:
             code = self._end(State.STUCK, stuck.code, "process stuck in the kernel", error=stuck, stuck=stuck.processes)
         except DiskFull as full:
             code = self._end(State.DISK_FULL, full.code, "disk full", error=full)
+        except HistoryRefused as refused:
+            code = self._end(State.REFUSED, refused.code, "history refused", error=refused)
         finally:
             self.record.publish(force=True, exit_code=code)
-            if self.record.state is not State.DISK_FULL and self.spec.on_end is not None:
+            if self.record.state not in (State.DISK_FULL, State.REFUSED) and self.spec.on_end is not None:
                 self.spec.on_end(self.run_dir)  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
             if self._notifier is not None:
                 self._notifier.close(notify.CLOSE_S)  # the exit notification goes out (bounded; it ran during the report)
@@ -206,7 +216,9 @@ class Supervisor:
     def _back_off(self, number: int, after: Outcome, previous: Launch, following: Next, delay: float) -> bool:
         """Announce attempt ``number`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
         launch = following.launch
-        released = gpu_release.wait(after.detail.get("pids", []), self._sleep) if following.retry is Retry.GPU_RELEASE else {}
+        released: Dict[str, Any] = {}
+        if following.retry is Retry.GPU_RELEASE:
+            released = gpu_release.wait(after.detail.get("pids", []), self._sleep, before_mib=after.detail.get("gpu_before_mib"))
         self.record.emit(
             "restart",
             number,

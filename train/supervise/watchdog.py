@@ -9,10 +9,14 @@ between the two lives in ``state.json``:
   that may block longer (ending a tree: the grace, the SIGKILLs, the reap;
   writing an incident report: py-spy, the GPU tools) it declares when that
   work ends at the latest (``quiet_until_ts``), and the promise runs from then;
-* it names itself: ``supervisor_pid`` and ``supervisor_started_ts`` (the
-  process's start time), so that the health check never acts on a pid that
-  now belongs to another process (after a container restart the new
-  supervisor gets the same pid, and the old state.json is still there);
+* it names itself: ``supervisor_pid``, ``supervisor_start_ticks`` (its start
+  in clock ticks after boot, field 22 of ``/proc/<pid>/stat``) and ``boot_id``
+  (``/proc/sys/kernel/random/boot_id``), so that the health check never acts on
+  a pid that now belongs to another process (after a container restart the new
+  supervisor gets the same pid, and the old state.json is still there). The
+  ticks do not move when the wall clock is stepped; a start time on the wall
+  clock (psutil's ``create_time``) does, and after a 1 s NTP step a hung
+  supervisor was no longer recognised and never ended (issue 33 item 12);
 * it registers ``faulthandler`` on SIGUSR1 (:func:`install_stack_dump`), the
   signal every trainbox process answers with its Python stacks, so the
   process that ends a hung supervisor first gets its stacks.
@@ -27,12 +31,13 @@ third start gives up: two restarts after hangs, one left for a crash.
 from __future__ import annotations
 
 import faulthandler
+import os
 from typing import IO, Any, Dict, Iterable, Optional
 
-import psutil
-
-from trainbox.heartbeat import STACK_DUMP_SIGNAL
+from trainbox.errors import say
+from trainbox.heartbeat import STACK_DUMP_SIGNAL, open_stack_file
 from trainbox.rundir.layout import RunDir
+from trainbox.system import proctree
 
 #: Hangs in a row after which the next supervisor of the run gives up instead of training (see above).
 MAX_HANGS = 2
@@ -42,26 +47,31 @@ def identity(session: int, hung_after_s: float) -> Dict[str, Any]:
     """What state.json says about the supervisor itself, for ``health`` (see the module's docstring)."""
     return {
         "session": session,
-        "supervisor_started_ts": psutil.Process().create_time(),
+        "supervisor_start_ticks": proctree.start_ticks(os.getpid()),
+        "boot_id": proctree.boot_id(),
         "hung_after_s": hung_after_s,
     }
 
 
-def install_stack_dump(run: RunDir, pid: int) -> IO[str]:
+def install_stack_dump(run: RunDir, pid: int) -> Optional[IO[str]]:
     """Dump all threads' Python stacks to ``stacks/<pid>.txt`` on SIGUSR1; close the returned file to stop.
 
     faulthandler's handler is C code that runs even while Python is blocked in a
-    ``wait()``; the file is opened now because the handler cannot open one.
+    ``wait()``; the file is opened now because the handler cannot open one. A
+    file that is refused (:func:`trainbox.heartbeat.open_stack_file`) registers nothing and is said in one line.
     """
-    run.stack_dump.directory.mkdir(parents=True, exist_ok=True)
-    dump = open(run.stack_dump(pid), "w")  # noqa: SIM115 - the handler writes to it for the supervisor's life
+    dump = open_stack_file(run, pid)
+    if dump is None:
+        say(f"{run.stack_dump(pid)} is refused (a link, a FIFO, a folder?): `health --act` will get no stacks of this supervisor")
+        return None
     faulthandler.register(STACK_DUMP_SIGNAL, file=dump, all_threads=True, chain=False)
     return dump
 
 
-def remove_stack_dump(dump: IO[str]) -> None:
-    faulthandler.unregister(STACK_DUMP_SIGNAL)
-    dump.close()
+def remove_stack_dump(dump: Optional[IO[str]]) -> None:
+    if dump is not None:
+        faulthandler.unregister(STACK_DUMP_SIGNAL)
+        dump.close()
 
 
 def hangs_in_a_row(events: Iterable[Dict[str, Any]]) -> int:
@@ -75,9 +85,11 @@ def hangs_in_a_row(events: Iterable[Dict[str, Any]]) -> int:
     return count
 
 
-def started(pid: int) -> Optional[float]:
-    """When process ``pid`` started (the clock of ``supervisor_started_ts``), or None when there is none."""
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, ValueError):
-        return None
+def same_process(state: Dict[str, Any], pid: int) -> bool:
+    """Whether process ``pid`` is the supervisor that wrote ``state``: the same start ticks in the same boot.
+
+    A state.json without them (hand-edited, or from a trainbox that wrote a wall-clock start) names no process:
+    never acted on.
+    """
+    ticks, boot = state.get("supervisor_start_ticks"), state.get("boot_id")
+    return ticks is not None and boot is not None and proctree.start_ticks(pid) == ticks and proctree.boot_id() == boot

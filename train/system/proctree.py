@@ -8,7 +8,9 @@ keep all of them in reach:
   descendant is re-parented to the supervisor instead of to PID 1;
 * :class:`ProcessTree` remembers every descendant it has seen (pid plus
   creation time, so a recycled pid is not mistaken for it) and keeps
-  signalling those until they are gone.
+  signalling those until they are gone. Which of our children are adopted
+  orphans of the tree is told by start ticks (:func:`start_ticks`, the kernel's
+  count since boot), never by wall-clock start times, which a clock step moves.
 
 And two keep the tree from outliving the supervisor or hanging it:
 
@@ -129,11 +131,38 @@ def _processes(pids: Iterable[int]) -> List[psutil.Process]:
     return found
 
 
-def _started_at_or_after(proc: psutil.Process, when: float) -> bool:
+#: /proc/<pid>/stat's fields after "(comm)": the state is the first, starttime (clock ticks after boot) the 20th.
+_STARTTIME_FIELD = 19
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22); None when it is gone.
+
+    Unlike a start time on the wall clock (psutil's ``create_time``, computed from the boot time the kernel
+    reports, which moves when the clock is stepped), this never changes for a process: with :func:`boot_id` it
+    names one process for good.
+    """
+    stat = _proc_text(pid, "stat")
+    fields = stat.rpartition(")")[2].split()
     try:
-        return proc.create_time() >= when
-    except psutil.Error:
-        return False
+        return int(fields[_STARTTIME_FIELD])
+    except (IndexError, ValueError):
+        return None
+
+
+def boot_id() -> str:
+    """This boot's random id: start ticks are comparable within one boot only."""
+    try:
+        with open(BOOT_ID) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _started_at_or_after(proc: psutil.Process, ticks: Optional[int]) -> bool:
+    started = start_ticks(proc.pid)
+    return ticks is not None and started is not None and started >= ticks
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -163,10 +192,7 @@ class ProcessTree:
         self.leader_pgid = root_pid
         self._foreign_groups = foreign_groups
         self._seen: Dict[Tuple[int, float], psutil.Process] = {}
-        try:
-            self._root_started = psutil.Process(root_pid).create_time()
-        except psutil.Error:
-            self._root_started = 0.0
+        self._root_started = start_ticks(root_pid)
         self.scan()
 
     def _remember(self, proc: psutil.Process) -> None:

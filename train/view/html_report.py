@@ -19,7 +19,9 @@ Charts are drawn by matplotlib (Agg, through ``Figure`` directly: no pyplot
 state, no display) and embedded as base64 PNG, so the file can be mailed or
 copied off a workstation alone; links to incident files are relative, so they
 work wherever the run directory is copied with it. The file is written
-atomically (:mod:`trainbox.atomic`). matplotlib is imported only here, on
+atomically, into the run directory through :mod:`trainbox.rundir.safe` (a
+``report.html`` that is a link is replaced, never written through), to an
+``--out`` path of the user's own with :mod:`trainbox.atomic`. matplotlib is imported only here, on
 demand: the supervisor's :func:`refresh` says in one line when it is missing.
 """
 
@@ -34,8 +36,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from trainbox.atomic import write_text_atomic
-from trainbox.errors import say
+from trainbox.atomic import atomic_writer
+from trainbox.errors import UserError, say
 from trainbox.rundir.layout import IncidentDir, RunDir
 from trainbox.rundir.progress import STARTUP_PHASE
 from trainbox.view.runview import RunView, Stall
@@ -183,9 +185,9 @@ def phase_silences(view: RunView) -> Dict[str, Dict[str, Any]]:
         return phases.setdefault(phase, {"seen": [], "budgets": [], "stalls": []})
 
     for s in view.samples:
-        for phase, seen in (s.get("silences") or {}).items():
-            entry(phase)["seen"].append(float(seen["s"]))
-            entry(phase)["budgets"].append((str(seen.get("budget")), float(seen.get("budget_s") or 0)))
+        for phase, seen in s.get("silences", {}).items():
+            entry(phase)["seen"].append(seen["s"])
+            entry(phase)["budgets"].append((seen.get("budget", "?"), seen.get("budget_s", 0.0)))
     for stall in view.stalls:
         # Before the first beat the budget is startup's (trainbox.supervise.budgets) and the phase is none yet.
         phase = STARTUP_PHASE if stall.budget == STARTUP_PHASE else stall.phase or "?"
@@ -266,21 +268,29 @@ def incident_rows(view: RunView, base: Path) -> List[List[str]]:
                 _e(lost),
                 _e(stall.cause or ""),
                 f"<code>{_e(stall.evidence)}</code>" if stall.evidence else "",
-                _files(stall, base),
+                _files(view, stall, base),
             ]
         )
     return rows
 
 
-def _files(stall: Stall, base: Path) -> str:
+#: Stack files linked per incident (a tree has tens of processes; a folder of thousands is not a report's).
+MAX_STACK_LINKS = 200
+
+
+def _files(view: RunView, stall: Stall, base: Path) -> str:
     if stall.incident is None:
         return "not written"
     report = IncidentDir(stall.incident)
+    files = view.run.files
     links = [_link(stall.incident, base, stall.incident.name + "/")]
     links += [
-        _link(path, base, path.name) for path in (report.summary, report.output_tail, report.processes_txt) if path.exists()
+        _link(path, base, path.name)
+        for path in (report.summary, report.output_tail, report.processes_txt)
+        if files.stat(path).value is not None
     ]
-    links += [_link(p, base, f"stacks/{p.name}") for p in sorted(report.stack.directory.glob("*.txt"))]
+    stacks = [n for n in files.list_dir(report.stack.directory, MAX_STACK_LINKS).value or [] if report.stack.number_of(n)]
+    links += [_link(report.stack.directory / name, base, f"stacks/{name}") for name in stacks]
     return "<br>".join(links)
 
 
@@ -308,6 +318,7 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
         rows.append((f"last {key}", f"{last[key]:.4f}"))
     verdict = view.deadline_verdict(deadline) if deadline else "no deadline given (trainbox report --deadline HH:MM)"
     rows.append(("deadline", verdict))
+    rows += [("left out (unusable)", note) for note in view.notes]
     return rows
 
 
@@ -388,8 +399,16 @@ def write(run_dir: Path, out: Optional[Path] = None, deadline: Optional[datetime
     """Write the report of ``run_dir`` to ``out`` (default ``RUN_DIR/report.html``) atomically; return its path."""
     _import_matplotlib()
     view = read_view(run_dir)
-    target = Path(out) if out is not None else RunDir(Path(run_dir)).report
-    write_text_atomic(target, render(view, target, deadline))
+    run = RunDir(Path(run_dir))
+    target = Path(out) if out is not None else run.report
+    page = render(view, target, deadline).encode("utf-8", "replace")
+    if out is not None:
+        with atomic_writer(target) as handle:  # not the run directory: the user's own --out path
+            handle.write(page)
+        return target
+    refused = run.files.replace(target, page)
+    if refused is not None:
+        raise UserError(f"{refused.line(target)}: no report written there; give another place with --out")
     return target
 
 

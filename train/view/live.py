@@ -194,5 +194,6 @@ def main(run_dir: Path, deadline: Optional[datetime.datetime] = None, health: Op
     except interrupt.StopRequested:
         return 0  # Ctrl-C is how a watch ends; the run goes on
     except BrokenPipeError:  # the reader went away (`| head`): nothing left to show, and nothing went wrong
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the exit's flush cannot fail again)
+        # The exit's flush must not fail again; not the run directory: /dev/null.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - not the run directory: /dev/null
     return 0

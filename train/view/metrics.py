@@ -42,26 +42,24 @@ counters, ``_info`` on a metric that carries text in its labels. The choices:
   ``trainbox_deadline_timestamp_seconds`` is there when a deadline is given, so an alert is
   ``time() + trainbox_eta_seconds > trainbox_deadline_timestamp_seconds``.
 
-The run directory is input that anything inside the run may have written: nothing here raises on it.
-Files are opened without following a symlink, only if regular (a FIFO would block a scrape for good),
-and only up to a size (:data:`JSON_FILE_BYTES`; the newest :data:`EVENTS_BYTES` of the history, so
-past that size the counters count only that much); what cannot be parsed is skipped, and a value that
-is not a finite number leaves its metric out. A missing directory renders as state ``unknown``.
+The run directory is input that anything inside the run may have written (issue 33): nothing here raises on
+it. It is read as ``status`` reads it, through :mod:`trainbox.rundir.safe` and typed by
+:mod:`trainbox.rundir.records` (no link followed, regular files only, so a FIFO cannot block a scrape; bounded:
+the newest :data:`trainbox.rundir.events.EVENTS_BYTES` of the history, so past that size the counters count only
+that much); what cannot be used is skipped, and a value that is not a finite number leaves its metric out. A
+missing directory renders as state ``unknown``. The textfile is written where the person said, never through the
+run directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import datetime
-import itertools
-import json
 import math
 import os
 import socket
 import socketserver
-import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -69,28 +67,21 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from wsgiref import simple_server
 
-import yaml
-
 from trainbox import interrupt
 from trainbox.atomic import remove_stale_temps, write_text_atomic
 from trainbox.errors import UserError, say
 from trainbox.rundir.events import Cause
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.progress import MAX_SAMPLES, SAMPLE, SAMPLE_LINE_BYTES
+from trainbox.rundir.records import parse_records
 from trainbox.rundir.state import State
 from trainbox.supervise.settings import METRICS_TEXTFILE
 from trainbox.view import status
 from trainbox.view.runview import RunView
 
-#: The most read of one small file (state.json, a heartbeat, args.yaml): each is a few KB; this is generous.
-JSON_FILE_BYTES = 1 << 20
-#: The most read of events.jsonl, from its end: an event is 0.3 to a few KB, so this holds tens of thousands
-#: of them, more than any real run writes; a scrape every 15 s reading it stays in milliseconds.
-EVENTS_BYTES = 64 << 20
 #: The most read of progress.jsonl, from its end: about 40 minutes of samples (100 KB an hour,
 #: trainbox.rundir.progress), far more than :data:`PACE_WINDOW_S` needs.
 PROGRESS_BYTES = 64 << 10
-#: Rank heartbeat files read at most (torchrun: one per rank of this node; 8 GPUs is the usual most).
-MAX_RANK_FILES = 256
 #: The pace is measured over this much of the latest samples: a minute holds about twelve samples
 #: (one every 5 s, trainbox.rundir.progress.SAMPLE_S), enough to smooth one slow batch, short enough to
 #: show a slowdown within a scrape or two.
@@ -141,97 +132,12 @@ class Metric:
 
 
 # -- reading the run directory: never raises ------------------------------------------------------------
-def _read(path: Path, limit: int, tail: bool = False) -> bytes:
-    """Up to ``limit`` bytes of the regular file ``path`` (its last ones when ``tail``); b"" when it cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return b""
-        cut = tail and info.st_size > limit
-        if cut:
-            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        return data.split(b"\n", 1)[-1] if cut else data  # a tail starts mid-line: drop that part
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-
-
-def _json(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
-        return None
-
-
-def _json_object(path: Path) -> Dict[str, Any]:
-    found = _json(_read(path, JSON_FILE_BYTES))
-    return found if isinstance(found, dict) else {}
-
-
-def _json_lines(path: Path, limit: int) -> List[Dict[str, Any]]:
-    """The JSON objects among the last ``limit`` bytes of a JSON-lines file (a torn or foreign line is skipped)."""
-    found = (_json(line) for line in _read(path, limit, tail=True).splitlines())
-    return [record for record in found if isinstance(record, dict)]
-
-
-def _beat(run: RunDir) -> Dict[str, Any]:
-    """The lowest rank's last beat under torchrun (as ``status`` shows it), else heartbeat.json."""
-    ranked: List[Dict[str, Any]] = []
-    with contextlib.suppress(OSError), os.scandir(run.rank_heartbeat.directory) as entries:
-        for entry in itertools.islice(entries, MAX_RANK_FILES):
-            beat = _json_object(Path(entry.path))
-            if _whole(beat.get("rank")) is not None:
-                ranked.append(beat)
-    return min(ranked, key=lambda beat: beat["rank"]) if ranked else _json_object(run.heartbeat)
-
-
-def _train_args(run: RunDir) -> Dict[str, Any]:
-    """Ultralytics' args.yaml (epochs and batch size, for the ETA); {} when unreadable."""
-    try:
-        found = yaml.safe_load(_read(run.train_args, JSON_FILE_BYTES))
-    except (yaml.YAMLError, ValueError, RecursionError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def _whole(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _checkpoint_mtime(run: RunDir) -> Optional[float]:
-    try:
-        info = os.lstat(run.last_checkpoint)
-    except OSError:
-        return None
-    return info.st_mtime if stat.S_ISREG(info.st_mode) else None
-
-
 def read_run(run_dir: Path, now: float, deadline_ts: Optional[float] = None) -> _Run:
-    """The run directory as the metrics read it; whatever is missing or unreadable is simply not there."""
+    """The run directory as the metrics read it: what ``status`` reads (:func:`trainbox.view.status.snapshot`,
+    typed, through :mod:`trainbox.rundir.safe`) and the newest :data:`PROGRESS_BYTES` of its progress samples."""
     run = RunDir(Path(run_dir))
-    args = _train_args(run)
-    snapshot = status.Progress(
-        state=_json_object(run.state),
-        beat=_beat(run),
-        events=_json_lines(run.events, EVENTS_BYTES),
-        epochs=_whole(args.get("epochs")),
-        batch_size=_whole(args.get("batch")),
-        checkpoint_mtime=_checkpoint_mtime(run),
-    )
-    return _Run(RunView(run=run, snapshot=snapshot, now=now), _json_lines(run.progress, PROGRESS_BYTES), deadline_ts)
+    got = run.files.read_objects(run.progress, SAMPLE_LINE_BYTES, PROGRESS_BYTES, MAX_SAMPLES)
+    return _Run(RunView(run=run, snapshot=status.snapshot(run), now=now), parse_records(got, SAMPLE).records, deadline_ts)
 
 
 # -- what each metric says -----------------------------------------------------------------------------------
@@ -441,8 +347,10 @@ def write_textfile(
     run_dir: Path, path: Path, now: Optional[float] = None, deadline_ts: Optional[float] = None, run: Optional[str] = None
 ) -> None:
     """Write the run's metrics to ``path`` for node_exporter (name it ``*.prom``), atomically; OSError if it cannot."""
-    remove_stale_temps(path)  # what a writer killed mid-write left (never read: not *.prom)
-    write_text_atomic(path, render(collect(run_dir, now, deadline_ts, run)), fsync=False)
+    # not the run directory: the textfile is where the person said (--textfile, --metrics-textfile); what a writer
+    # killed mid-write left is removed first (never read: not *.prom)
+    remove_stale_temps(path)  # not the run directory: see above
+    write_text_atomic(path, render(collect(run_dir, now, deadline_ts, run)), fsync=False)  # not the run directory: see above
 
 
 class Keeper:

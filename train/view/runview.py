@@ -9,10 +9,14 @@ beats over time, :mod:`trainbox.rundir.progress`), Ultralytics' ``args.yaml`` an
 ``results.csv``, the incidents' ``summary.json`` and the mtime of ``last.pt``.
 The snapshot numbers (ETA, counts) are :mod:`trainbox.view.status`'s.
 
-Every file may be missing, half-written or from an older trainbox: a view is
-made of whatever is there, and each reader says "unknown" (``None``) rather
-than fail. A stall's ``cause`` and ``evidence`` (written by newer supervisors,
-on the event or in the incident's ``summary.json``) are shown when present.
+Every file may be missing, half-written, from an older trainbox or hostile
+(issue 33): a view is made of whatever is there, and each reader says "unknown"
+(``None``) rather than fail. Files are read through :mod:`trainbox.rundir.safe` and
+typed by their parsers (:mod:`trainbox.rundir.records`), so every field used here
+has its kind or is absent; what was left out is counted in :attr:`RunView.notes`.
+A stall's ``cause`` and ``evidence`` (written by newer supervisors, on the event
+or in the incident's ``summary.json``) are shown when present; an ``incident``
+that names no report folder (``..``, an absolute path elsewhere) names none.
 
 Standard library and PyYAML only: the supervisor imports it in the container.
 """
@@ -22,15 +26,23 @@ from __future__ import annotations
 import bisect
 import csv
 import functools
-import json
+import io
+import math
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from trainbox.rundir.events import read_events
-from trainbox.rundir.layout import IncidentDir, RunDir
+from trainbox.rundir.layout import RunDir
+from trainbox.rundir.progress import read_samples
+from trainbox.rundir.records import Records, read_summary
 from trainbox.view import status
+
+#: Ultralytics' results.csv: a row of about 300 bytes per epoch (10,000 epochs are 3 MiB); more is not its file.
+MAX_RESULTS_BYTES = 4 << 20
+#: The most epochs a row may name.
+MAX_EPOCHS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -96,19 +108,11 @@ class Loss:
     regained: bool  # False: the run never got back to the stalled step (it ended, or has not yet)
 
 
-def _text(value: Any) -> Optional[str]:
-    """A cause or evidence as one line (a list gives its first item, a mapping its JSON)."""
-    if value is None or value == "" or value == []:
-        return None
-    if isinstance(value, list):
-        value = value[0]
-    if not isinstance(value, str):
-        value = json.dumps(value, sort_keys=True, default=str)
-    return " ".join(value.split())
-
-
-def _number(value: Any, default: float = 0.0) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+def _first(lines: Any) -> Optional[str]:
+    """A typed ``evidence`` (a list of lines) as its first line; a ``cause`` as it is."""
+    if isinstance(lines, list):
+        return lines[0] if lines else None
+    return lines or None
 
 
 @dataclass
@@ -121,14 +125,24 @@ class RunView:
 
     # -- the run's history, read when first asked for (the live view, once a second, needs neither) -------
     @functools.cached_property
+    def progress(self) -> Records:
+        """progress.jsonl, typed (:func:`trainbox.rundir.progress.read_samples`)."""
+        return read_samples(self.run.progress)
+
+    @property
     def samples(self) -> List[Dict[str, Any]]:
-        """progress.jsonl (:mod:`trainbox.rundir.progress`)."""
-        return [s for s in read_events(self.run.progress) if isinstance(s, dict)]
+        """The usable progress samples: each has a ``ts``."""
+        return self.progress.records
 
     @functools.cached_property
     def results(self) -> List[Dict[str, float]]:
         """results.csv, one row per epoch (see :func:`_results`)."""
-        return _results(self.run.results)
+        return _results(self.run)
+
+    @property
+    def notes(self) -> List[str]:
+        """What could not be used, one line per file (events, state, progress: this reads progress.jsonl)."""
+        return list(self.snapshot.notes) + [note for note in [self.progress.note(self.run.progress.name)] if note]
 
     # -- what happened --------------------------------------------------------
     @property
@@ -154,8 +168,8 @@ class RunView:
                 found.append(
                     Attempt(
                         index=len(found),
-                        number=int(current.get("attempt", len(found))),
-                        started_ts=_number(current.get("ts")),
+                        number=current.get("attempt", len(found)),
+                        started_ts=current["ts"],
                         ended_ts=ended_ts,
                         profile=current.get("profile"),
                         ended_by=ended_by,
@@ -168,7 +182,7 @@ class RunView:
                 close()
                 current, ended_by, ended_ts = event, "running", None
             elif kind in ("stall", "crash", "exit") and current is not None and ended_by == "running":
-                ended_by, ended_ts = str(kind), _number(event.get("killed_ts", event.get("ts")))
+                ended_by, ended_ts = str(kind), event.get("killed_ts", event["ts"])
         close()
         return found
 
@@ -176,25 +190,24 @@ class RunView:
     def stalls(self) -> List[Stall]:
         found = []
         for event in self.of("stall"):
-            incident = Path(event["incident"]) if event.get("incident") else None
-            # The event names the folder as the supervisor saw it (in a container: /runs/...): find it here by name.
-            where = self.run.incident_dir.directory / incident.name if incident else None
-            summary = status.json_object(IncidentDir(where).summary) if where else {}
+            report = self.run.incident_named(event["incident"]) if event.get("incident") else None
+            summary = (read_summary(self.run.files, report.summary) or {}) if report else {}
+            there = self.run.files.stat(report.root).value if report else None
             found.append(
                 Stall(
-                    attempt=int(event.get("attempt", 0)),
-                    killed_ts=_number(event.get("killed_ts", event.get("ts"))),
-                    budget=str(event.get("budget", "?")),
-                    budget_s=_number(event.get("budget_s")),
-                    silent_s=_number(event.get("silent_s")),
-                    incident_s=_number(event.get("incident_s")),
-                    kill_s=_number(event.get("kill_s")),
+                    attempt=event.get("attempt", 0),
+                    killed_ts=event.get("killed_ts", event["ts"]),
+                    budget=event.get("budget", "?"),
+                    budget_s=event.get("budget_s", 0.0),
+                    silent_s=event.get("silent_s", 0.0),
+                    incident_s=event.get("incident_s", 0.0),
+                    kill_s=event.get("kill_s", 0.0),
                     phase=event.get("phase"),
                     profile=event.get("profile"),
-                    incident=where if where and where.is_dir() else None,
-                    last_beat=event.get("last_beat") or {},
-                    cause=_text(event.get("cause", summary.get("cause"))),
-                    evidence=_text(event.get("evidence", summary.get("evidence"))),
+                    incident=report.root if report and there is not None and stat.S_ISDIR(there.st_mode) else None,
+                    last_beat=event.get("last_beat", {}),
+                    cause=event.get("cause", summary.get("cause")),
+                    evidence=_first(event.get("evidence", summary.get("evidence"))),
                 )
             )
         return found
@@ -204,13 +217,13 @@ class RunView:
         starts = [a.started_ts for a in self.attempts]
         grouped: Dict[int, List[Dict[str, Any]]] = {}
         for sample in self.samples:
-            index = bisect.bisect_right(starts, _number(sample.get("ts"))) - 1
+            index = bisect.bisect_right(starts, sample["ts"]) - 1
             grouped.setdefault(max(index, 0), []).append(sample)
         return grouped
 
     def loss(self, stall: Stall) -> Loss:
         """Batches redone and wall time lost to ``stall``, from the progress samples taken after it."""
-        later = [s for s in self.samples if _number(s.get("ts")) > stall.killed_ts and isinstance(s.get("step"), int)]
+        later = [s for s in self.samples if s["ts"] > stall.killed_ts and "step" in s]
         first = later[0] if later else None
         # A train beat comes after its batch: that attempt resumed one step before it (setup beats say where it starts).
         resumed = None if first is None else first["step"] - (1 if first.get("phase") == "train" else 0)
@@ -219,7 +232,7 @@ class RunView:
         back = next(
             (s for s in later if stall.last_step is not None and s["step"] >= stall.last_step and s.get("phase") == "train"), None
         )
-        until = _number(back["ts"]) if back else (self.ended_ts or self.now)
+        until = back["ts"] if back else (self.ended_ts or self.now)
         return Loss(steps=steps, seconds=max(0.0, until - stall.last_progress_ts), regained=back is not None)
 
     @property
@@ -240,7 +253,7 @@ class RunView:
     @property
     def started_ts(self) -> Optional[float]:
         starts = self.of("start")
-        return _number(starts[0].get("ts")) if starts else None
+        return starts[0]["ts"] if starts else None
 
     @property
     def ended_ts(self) -> Optional[float]:
@@ -248,7 +261,7 @@ class RunView:
         ended = None
         for event in self.events:
             if event.get("event") == "exit":
-                ended = _number(event.get("ts"))
+                ended = event["ts"]
             elif event.get("event") == "start":
                 ended = None
         return ended
@@ -266,11 +279,11 @@ class RunView:
     def silence(self) -> Optional[Dict[str, Any]]:
         """The current phase's silence against its budget: ``{"s", "budget", "budget_s"}``; None when none runs."""
         budget, silent = self.state.get("budget"), self.state.get("silent_s")
-        if self.finished or not isinstance(budget, dict) or not isinstance(silent, (int, float)):
+        if self.finished or budget is None or silent is None:
             return None
         # state.json is written about once a second: add the time since.
-        grown = max(0.0, self.now - _number(self.state.get("updated_ts"), self.now))
-        return {"s": silent + grown, "budget": budget.get("name"), "budget_s": _number(budget.get("seconds"))}
+        grown = max(0.0, self.now - self.state.get("updated_ts", self.now))
+        return {"s": silent + grown, "budget": budget.get("name"), "budget_s": budget.get("seconds", 0.0)}
 
     def checkpoint_age_s(self) -> Optional[float]:
         mtime = self.snapshot.checkpoint_mtime
@@ -287,23 +300,39 @@ class RunView:
         return status.deadline_verdict(deadline, None if eta is None else self.now + eta)
 
 
-def _results(path: Path) -> List[Dict[str, float]]:
-    """Ultralytics' ``results.csv``, one row per epoch (the last row of an epoch written twice wins), by epoch."""
+def _rows(text: str) -> List[Dict[Any, Any]]:
+    """The rows of a CSV text up to the first that the csv module refuses (a field over its 128 KiB limit)."""
+    rows: List[Dict[Any, Any]] = []
     try:
-        with path.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
-    except OSError:
+        rows.extend(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error:
+        pass  # the rows before it were kept by extend
+    return rows
+
+
+def _results(run: RunDir) -> List[Dict[str, float]]:
+    """Ultralytics' ``results.csv``, one row per epoch (the last row of an epoch written twice wins), by epoch.
+
+    Read through :mod:`trainbox.rundir.safe` (none over MAX_RESULTS_BYTES), undecodable bytes replaced; only
+    finite numbers are kept, and an epoch must be a whole number from 0 to the epochs a run may have.
+    """
+    got = run.files.read_bytes(run.results, MAX_RESULTS_BYTES)
+    if got.value is None:
         return []
+    text = got.value.decode("utf-8", "replace").replace("\0", "")  # csv refuses NUL
     by_epoch: Dict[int, Dict[str, float]] = {}
-    for row in rows:
+    for row in _rows(text):
         values: Dict[str, float] = {}
-        for key, text in row.items():
+        for key, cell in row.items():
             try:
-                values[str(key).strip()] = float(text)
+                number = float(cell)
             except (TypeError, ValueError):
                 continue
-        if "epoch" in values:
-            by_epoch[int(values["epoch"])] = values
+            if math.isfinite(number):
+                values[str(key).strip()] = number
+        epoch = values.get("epoch")
+        if epoch is not None and epoch.is_integer() and 0 <= epoch <= MAX_EPOCHS:
+            by_epoch[int(epoch)] = values
     return [by_epoch[epoch] for epoch in sorted(by_epoch)]
 
 

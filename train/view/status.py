@@ -6,25 +6,31 @@ Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls and the la
 (epochs, batch size); the ETA counts training batches only. A child that does not beat has
 no heartbeat file: its progress is the counter the supervisor read from its output, which
 ``state.json`` carries as ``heartbeat`` (with the ``pattern`` that read it).
+
+Every file comes through :mod:`trainbox.rundir.safe` and typed (:mod:`trainbox.rundir.records`): what cannot be
+used is left out and said on a ``note`` line (``events.jsonl: 2 unusable line(s) skipped``), never a traceback.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import yaml
 
 from trainbox.errors import UserError
+from trainbox.rundir import events as events_file
 from trainbox.rundir import state as state_file
-from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.records import rank_files, read_beat, whole
 from trainbox.supervise import settings
 from trainbox.supervise.settings import DEADLINE_FORMATS  # noqa: F401  (status' and report's --help name it)
+
+#: Ultralytics' args.yaml is about 2 KiB; more is not its file (and PyYAML parses about a MiB a second).
+MAX_ARGS_BYTES = 64 * 1024
 
 
 @dataclass
@@ -37,6 +43,8 @@ class Progress:
     epochs: Optional[int]
     batch_size: Optional[int]
     checkpoint_mtime: Optional[float]
+    #: What could not be used, one line per file (see the module's docstring).
+    notes: List[str] = field(default_factory=list)
 
     @property
     def batches_per_epoch(self) -> Optional[float]:
@@ -50,7 +58,7 @@ class Progress:
         per_epoch, rate = self.batches_per_epoch, self.beat.get("imgs_per_s")
         if per_epoch is None or not rate or not self.epochs or not self.batch_size:
             return None
-        remaining = self.epochs * per_epoch - self.beat.get("step", 0)
+        remaining = self.epochs * per_epoch - (self.beat.get("step") or 0)
         return max(remaining, 0) * self.batch_size / rate
 
     def count(self, event: str) -> int:
@@ -66,8 +74,7 @@ class Progress:
         if not stalls:
             return None
         last = stalls[-1]
-        evidence = last.get("evidence") or ["no evidence"]
-        first = evidence if isinstance(evidence, str) else evidence[0]
+        first = (last.get("evidence") or ["no evidence"])[0]
         observed = ", reported only (--on-stall report)" if last.get("action") == "report" else ""
         return f"attempt {last.get('attempt', '?')}: {last['cause']} ({first}){observed}"
 
@@ -85,43 +92,55 @@ def ladder_line(events: List[Dict[str, Any]]) -> Optional[str]:
     return f"{last.get('rung', '?')} ({last.get('kind', '?')}, {rule}): {tally}; {last.get('reason', '')}"
 
 
-def json_object(path: Path) -> Dict[str, Any]:
-    """The JSON object in ``path``; {} when it is missing, torn or not an object."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _lowest_rank_beat(run: RunDir) -> Dict[str, Any]:
     """Under torchrun: the last beat of the lowest rank of this node (rank 0 on the first node); else empty."""
-    directory = run.rank_heartbeat.directory
-    beats = [json_object(path) for path in directory.iterdir()] if directory.is_dir() else []
-    ranked = [beat for beat in beats if isinstance(beat.get("rank"), int)]
+    beats = [read_beat(run.files, run.rank_heartbeat(rank)) for rank in rank_files(run)]
+    ranked = [beat for beat in beats if beat is not None and "rank" in beat]
     return min(ranked, key=lambda beat: beat["rank"]) if ranked else {}
+
+
+def _positive(value: Any) -> Optional[int]:
+    number = whole(value)
+    return number if isinstance(number, int) and number > 0 else None
+
+
+def _train_args(run: RunDir) -> Dict[str, Optional[int]]:
+    """``epochs`` and ``batch`` from Ultralytics' args.yaml, when it holds them as positive whole numbers."""
+    got = run.files.read_bytes(run.train_args, MAX_ARGS_BYTES)
+    try:
+        args = yaml.safe_load(got.value) if got.value is not None else None
+    except (yaml.YAMLError, RecursionError, ValueError):  # not YAML, nested too deep, an integer too long
+        args = None
+    args = args if isinstance(args, dict) else {}
+    return {"epochs": _positive(args.get("epochs")), "batch": _positive(args.get("batch"))}
 
 
 def read(run_dir: Path) -> Progress:
     """Collect a run directory's files; a directory that is not a run is a UserError."""
-    if not run_dir.is_dir():
+    if not run_dir.is_dir():  # not the run directory: its root, the user's own path (a link there is the user's)
         raise UserError(f"run directory {run_dir} not found: pass --run-dir or start a run with `invoke train`")
-    run = RunDir(run_dir)
-    args: Dict[str, Any] = {}
-    try:
-        args = yaml.safe_load(run.train_args.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        pass
-    checkpoint = run.last_checkpoint
-    state = state_file.read(run.state)[0] or {}
-    published = state.get("heartbeat")  # the supervisor's last progress: a counter read from the output, if no beat
+    return snapshot(RunDir(run_dir))
+
+
+def snapshot(run: RunDir) -> Progress:
+    """The run directory's files as they are now, typed; whatever is missing or refused is simply not there."""
+    args = _train_args(run)
+    state, why = state_file.read(run.state)
+    history = events_file.history(run.events)
+    checkpoint = run.files.stat(run.last_checkpoint).value
+    notes = [note for note in [history.note(run.events.name)] if note]
+    if state is None and "unreadable" in why:
+        notes.append(why)
+    state = state or {}
+    published = state.get("heartbeat") or {}  # the supervisor's last progress: a counter read from the output, if no beat
     return Progress(
         state=state,
-        beat=_lowest_rank_beat(run) or json_object(run.heartbeat) or (published if isinstance(published, dict) else {}),
-        events=read_events(run.events),
-        epochs=args.get("epochs"),
-        batch_size=args.get("batch"),
-        checkpoint_mtime=checkpoint.stat().st_mtime if checkpoint.exists() else None,
+        beat=_lowest_rank_beat(run) or read_beat(run.files, run.heartbeat) or published,
+        events=history.records,
+        epochs=args["epochs"],
+        batch_size=args["batch"],
+        checkpoint_mtime=checkpoint.st_mtime if checkpoint is not None else None,
+        notes=notes,
     )
 
 
@@ -204,6 +223,7 @@ def render(
     ladder = ladder_line(progress.events)
     if ladder:
         lines.append(f"ladder    {ladder}")
+    lines += [f"note      {note}" for note in progress.notes]
     if deadline is not None:
         lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
     return lines

@@ -11,22 +11,34 @@ checkpoint is untouched.
 Fault site ``save``: in the training process, after the new ``last.pt`` has
 been written to its staging file and before it is made durable and renamed;
 context ``epoch`` (1-based, the epoch the checkpoint completes).
+
+Everything here happens in the run directory, through :mod:`trainbox.rundir.safe`
+(:func:`run_of` finds it from Ultralytics' weights folder): a ``last.pt`` that
+is a link, a FIFO or a folder is refused in one line rather than loaded, the
+staging folder is emptied of its own files only, and a rename never writes
+through a link. Ultralytics' own writes into the staging folder are its own.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-import shutil
-from pathlib import Path
+import re
+import stat
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Optional, Tuple
 
 from trainbox import faults
-from trainbox.atomic import fsync_path, write_text_atomic
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.safe import Refusal, names
 
 STAGING_DIR = ".staging"
+#: What the staging folder may hold: Ultralytics' checkpoints (``last.pt``, ``best.pt``, ``epoch<n>.pt``).
+STAGED = re.compile(r"[^/\0]+\.pt")
+#: results.csv is a row per epoch; more than this is not Ultralytics' file and is left alone.
+MAX_RESULTS_BYTES = 64 << 20
+#: How deep Ultralytics' weights folder lies in the run directory (``train/weights``).
+_WEIGHTS_DEPTH = len(PurePosixPath(RunDir.last_checkpoint.path).parent.parts)
 
 
 class CheckpointError(UserError):
@@ -40,14 +52,24 @@ class Resume(enum.Enum):
     FINISHED = "finished: last.pt has no optimizer state"
 
 
-def resume_state(last: Path) -> Tuple[Resume, Dict[str, Any]]:
-    """What ``last`` means for this attempt, with the loaded checkpoint (empty when absent)."""
-    if not last.exists():
+def run_of(weights: Path) -> RunDir:
+    """The run directory whose Ultralytics weights folder is ``weights`` (``RUN_DIR/train/weights``)."""
+    return RunDir(Path(weights).parents[_WEIGHTS_DEPTH - 1])
+
+
+def resume_state(run: RunDir) -> Tuple[Resume, Dict[str, Any]]:
+    """What ``run``'s last.pt means for this attempt, with the loaded checkpoint (empty when absent)."""
+    last = run.last_checkpoint
+    found = run.files.stat(last)
+    if found.refused is Refusal.MISSING:
         return Resume.SCRATCH, {}
+    if found.value is None or not stat.S_ISREG(found.value.st_mode):
+        refusal = found.refused or Refusal.DIRECTORY
+        raise CheckpointError(f"{refusal.line(last)}: move it away to train from scratch")
     from ultralytics.utils.patches import torch_load
 
     try:
-        ckpt = torch_load(last, map_location="cpu")
+        ckpt = torch_load(last, map_location="cpu")  # run directory, checked: a regular file reached without a link
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means the same thing here
         raise CheckpointError(
             f"{last} cannot be loaded ({type(exc).__name__}: {exc}); move it away to train from scratch"
@@ -70,60 +92,66 @@ def _epoch_of(row: str) -> Optional[float]:
         return None
 
 
-def trim_results(csv: Path, epochs: int) -> int:
+def trim_results(run: RunDir, epochs: int) -> int:
     """Drop rows of Ultralytics' ``results.csv`` past epoch ``epochs`` (1-based); return how many.
 
     Ultralytics appends an epoch's row before saving its checkpoint, so an
     attempt killed in between leaves a row that the resumed attempt would
     append a second time. Blank or torn rows (a crash mid-append, a hand edit)
     are dropped too: they carry no epoch, and every later reader would trip on them.
-    An empty file is left alone.
+    An empty file, or one that is refused or over MAX_RESULTS_BYTES, is left alone.
     """
-    if not csv.exists():
-        return 0
-    lines = csv.read_text(encoding="utf-8").splitlines(keepends=True)
+    got = run.files.read_bytes(run.results, MAX_RESULTS_BYTES)
+    lines = got.value.decode("utf-8", "replace").splitlines(keepends=True) if got.value is not None else []
     if not lines:
         return 0
     header, rows = lines[0], lines[1:]
     kept = [row for row in rows if (epoch := _epoch_of(row)) is not None and epoch <= epochs]
     if len(kept) != len(rows):
-        write_text_atomic(csv, header + "".join(kept))
+        run.files.replace(run.results, (header + "".join(kept)).encode())
     return len(rows) - len(kept)
 
 
 def staging_dir(weights: Path) -> Path:
     """An empty staging directory inside ``weights`` (same filesystem, so renames are atomic)."""
-    staging = weights / STAGING_DIR
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    files, staging = run_of(weights).files, weights / STAGING_DIR
+    files.clear(staging, STAGED)
+    refused = files.make_dirs(staging)
+    if refused is not None:
+        raise CheckpointError(f"{refused.line(staging)}: cannot stage the checkpoint there; move it away")
     return staging
 
 
 def publish(staging: Path, weights: Path, epoch: int) -> None:
     """Move every staged checkpoint over its target, ``last.pt`` first, each fsynced before its rename."""
+    files = run_of(weights).files
     first = (RunDir.last_checkpoint.name, RunDir.best_checkpoint.name)
-    staged = sorted(staging.glob("*.pt"), key=lambda p: (p.name != first[0], p.name != first[1], p.name))
-    for index, path in enumerate(staged):
+    listed = [name for name in files.list_dir(staging, 10_000).value or [] if STAGED.fullmatch(name)]
+    staged = sorted(listed, key=lambda name: (name != first[0], name != first[1], name))
+    for index, name in enumerate(staged):
         if index == 0:
             faults.point("save", epoch=epoch)
-        fsync_path(path)
-        os.replace(path, weights / path.name)
-    fsync_path(weights)
-    shutil.rmtree(staging, ignore_errors=True)
+        refused = files.move_over(staging / name, weights / name)
+        if refused is not None:
+            raise CheckpointError(f"{refused.line(weights / name)}: the checkpoint cannot be put there; move it away")
+    files.clear(staging, STAGED)
+    files.remove_folder(staging, names(STAGING_DIR))
 
 
 def strip_atomic(path: Path, updates: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Ultralytics' ``strip_optimizer`` of ``path``, written to a temp file and renamed over it."""
     from ultralytics.utils.torch_utils import strip_optimizer
 
+    files = run_of(path.parent).files
     tmp = path.with_name(f".{path.name}.strip.tmp")
+    own = names(tmp.name)
+    files.remove(tmp, own)  # nothing planted there is written through: Ultralytics writes a new file
     try:
         stripped = strip_optimizer(path, s=str(tmp), updates=updates)
         if stripped:
-            fsync_path(tmp)
-            os.replace(tmp, path)
-            fsync_path(path.parent)
+            refused = files.move_over(tmp, path)
+            if refused is not None:
+                raise CheckpointError(f"{refused.line(path)}: the final checkpoint cannot be put there; move it away")
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        files.remove(tmp, own)
     return stripped

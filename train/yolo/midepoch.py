@@ -34,12 +34,13 @@ is the same as a single device's.
 from __future__ import annotations
 
 import random
+import stat
 import time
 from copy import deepcopy
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, BinaryIO, Dict, Optional
 
 import numpy as np
 import torch
@@ -47,8 +48,9 @@ from torch.nn.parallel import DistributedDataParallel
 from ultralytics.utils import LOGGER, RANK
 
 from trainbox import faults
-from trainbox.atomic import atomic_writer
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.safe import names, temporaries
+from trainbox.yolo.checkpoint import run_of
 from trainbox.yolo.position import Position, record
 
 #: ``RunDir.midepoch_checkpoint``'s file name: the trainer knows only its weights folder (``trainer.wdir``).
@@ -93,24 +95,28 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
 
 def _remove_torn(weights: Path) -> None:
     """Temporary files of a write that was killed (the finished file never depends on them)."""
-    for torn in weights.glob(f".{MIDEPOCH_NAME}.*.tmp"):
-        torn.unlink(missing_ok=True)
+    run_of(weights).files.clear(weights, temporaries(MIDEPOCH_NAME))
 
 
 def discard(weights: Path) -> None:
     """Remove the mid-epoch checkpoint once an epoch-end ``last.pt`` supersedes it."""
-    (weights / MIDEPOCH_NAME).unlink(missing_ok=True)
+    run_of(weights).files.remove(weights / MIDEPOCH_NAME, names(MIDEPOCH_NAME))
     _remove_torn(weights)
 
 
-def newer_than_last(path: Path, last_epoch: Optional[int]) -> Optional[Path]:
-    """The mid-epoch checkpoint ``path`` when it continues past ``last.pt`` (completed epoch ``last_epoch``, 0-based)."""
-    if not path.exists():
+def newer_than_last(run: RunDir, last_epoch: Optional[int]) -> Optional[Path]:
+    """``run``'s mid-epoch checkpoint when it continues past ``last.pt`` (completed epoch ``last_epoch``, 0-based).
+
+    A ``midepoch.pt`` that is not a regular file reached without a link (:mod:`trainbox.rundir.safe`) is none.
+    """
+    path = run.midepoch_checkpoint
+    found = run.files.stat(path).value
+    if found is None or not stat.S_ISREG(found.st_mode):
         return None
     from ultralytics.utils.patches import torch_load
 
     try:
-        position = position_of(torch_load(path, map_location="cpu"))
+        position = position_of(torch_load(path, map_location="cpu"))  # run directory, checked: a regular file (above)
     except Exception:  # noqa: BLE001 - an unreadable mid-epoch file only means: use last.pt
         return None
     if position is None or (last_epoch is not None and position.epoch <= last_epoch):
@@ -222,7 +228,7 @@ class MidEpoch:
             self.save(trainer, Position(trainer.epoch, next_batch))
 
     # -- writing and reading -------------------------------------------------------
-    def save(self, trainer: Any, position: Position) -> Path:
+    def save(self, trainer: Any, position: Position) -> Optional[Path]:
         started = time.monotonic()
         trainer.beats.saving()
         ema = trainer.ema.ema
@@ -248,10 +254,16 @@ class MidEpoch:
         }
         path = trainer.wdir / MIDEPOCH_NAME
         _remove_torn(trainer.wdir)
-        with atomic_writer(path) as handle:
-            torch.save(ckpt, handle)
+
+        def write(handle: BinaryIO) -> None:
+            torch.save(ckpt, handle)  # run directory, checked: into the file RunFiles.replace_with opened
             handle.flush()
             faults.point("midsave", epoch=position.epoch + 1, batch=position.batch)
+
+        refused = run_of(trainer.wdir).files.replace_with(path, write)
+        if refused is not None:
+            LOGGER.warning(f"trainbox: no mid-epoch checkpoint: {refused.line(path)}")
+            return None
         self.last_save = time.monotonic()
         self.batches_since_save = 0
         self.saves += 1

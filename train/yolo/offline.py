@@ -29,7 +29,8 @@ wget, git, pip...), appending a line (with the Python stack) to
 ``RUN_DIR/network.log``. A data.yaml's ``download:`` never gets that far: the
 dataset is resolved before training starts (:mod:`trainbox.yolo.dataset`). It is
 installed in the training process before Ultralytics is imported and in every
-DataLoader worker; tests assert the log stays absent.
+DataLoader worker; tests assert the log stays absent. The log and the fonts are
+written through :mod:`trainbox.rundir.safe` (both live in the run directory).
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ import importlib.util
 import ipaddress
 import os
 import re
-import shutil
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Optional, Tuple
+
+from trainbox.rundir.records import files_of
+from trainbox.rundir.safe import RunFiles
 
 FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
 INTEGRATIONS = ("clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")
@@ -131,8 +134,8 @@ def _audit(event: str, args: Tuple[Any, ...]) -> None:
         return
     stack = "".join(traceback.format_stack(limit=12)[:-1])
     line = f"{time.time():.3f} pid={os.getpid()} {event} {target}\n{stack}\n"
-    with open(_guard_log, "a", encoding="utf-8") as handle:
-        handle.write(line)
+    files, name = files_of(_guard_log)
+    files.append(name, line.encode("utf-8", "replace"))  # refused (a link planted there): the refusal below still holds
     raise NetworkBlocked(f"trainbox: network access ({event} {target}) blocked (see {_guard_log})")
 
 
@@ -154,7 +157,7 @@ def matplotlib_font() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("matplotlib is not installed (Ultralytics needs it)")
     font = Path(list(spec.submodule_search_locations)[0]) / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
-    if not font.is_file():
+    if not font.is_file():  # not the run directory: matplotlib's own font
         raise RuntimeError(f"matplotlib's font {font} is missing")
     return font
 
@@ -164,15 +167,13 @@ def prepare_environment(config_dir: Path) -> Path:
 
     Returns Ultralytics' user config directory (``config_dir/Ultralytics``).
     """
-    user_dir = Path(config_dir) / "Ultralytics"
-    user_dir.mkdir(parents=True, exist_ok=True)
+    files, user_dir = RunFiles(config_dir), Path(config_dir) / "Ultralytics"  # walked below config_dir, no link followed
     font = matplotlib_font()
+    size = font.stat().st_size  # not the run directory: matplotlib's own font
     for name in FONT_NAMES:
-        target = user_dir / name
-        if not target.is_file() or target.stat().st_size != font.stat().st_size:
-            tmp = user_dir / f".{name}.{os.getpid()}.tmp"
-            shutil.copyfile(font, tmp)
-            os.replace(tmp, target)
+        there = files.stat(user_dir / name).value
+        if there is None or there.st_size != size:
+            files.replace(user_dir / name, font.read_bytes(), fsync=False)  # not the run directory: read from matplotlib's
     os.environ["YOLO_OFFLINE"] = "1"
     os.environ["YOLO_AUTOINSTALL"] = "0"
     os.environ["YOLO_CONFIG_DIR"] = str(config_dir)

@@ -135,7 +135,7 @@ def _one_line(path: Path, error: ValidationError) -> str:
 def load_file(path: Path) -> Profile:
     """Load one profile file; its name is the file's stem."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text())  # not the run directory: a profile
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile file") from None
     except yaml.YAMLError as exc:
@@ -154,14 +154,14 @@ def load_file(path: Path) -> Profile:
 
 def available(directory: Optional[Path] = None) -> List[str]:
     directory = directory or default_profiles_dir()
-    return sorted(p.stem for p in directory.glob("*.yaml"))
+    return sorted(p.stem for p in directory.glob("*.yaml"))  # not the run directory: the profiles
 
 
 def load(name: str, directory: Optional[Path] = None) -> Profile:
     """Load profile ``name`` and check that its fallback chain ends without a loop."""
     directory = directory or default_profiles_dir()
     path = directory / f"{name}.yaml"
-    if not path.is_file():
+    if not path.is_file():  # not the run directory: a profile
         names = ", ".join(available(directory)) or "none"
         raise ProfileError(f"unknown profile {name!r}: choose one of {names} (profiles in {directory})")
     profile = load_file(path)
@@ -184,7 +184,7 @@ def fallback_chain(profile: Profile, directory: Optional[Path] = None) -> List[P
         if name in seen:
             raise ProfileError(f"{where}: field '{field}': loops back to {name!r}")
         path = directory / f"{name}.yaml"
-        if not path.is_file():
+        if not path.is_file():  # not the run directory: a profile
             raise ProfileError(f"{where}: field '{field}': no profile {name!r}")
         seen[name] = load_file(path)
         chain.append(seen[name])

@@ -76,23 +76,21 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
     settings = from_profile(profile, overrides, startup_timeout, network_log)
     last = run.last_checkpoint
     weights = last.parent
-    state, ckpt = checkpoint.resume_state(last)
+    state, ckpt = checkpoint.resume_state(run)
     # First beat only now: an unusable checkpoint ends the attempt before it, as a configuration error.
     heartbeat.beat("setup", timeout=settings.startup_timeout, force=True)
     if state is checkpoint.Resume.FINISHED:
         return f"run complete: {last} is a finished checkpoint; nothing to train"
     if state is checkpoint.Resume.TRAINED:
         stripped = checkpoint.strip_atomic(last)
-        if run.best_checkpoint.exists():
+        if run.files.stat(run.best_checkpoint).value is not None:
             checkpoint.strip_atomic(run.best_checkpoint, updates={"train_results": stripped.get("train_results")})
         return f"run complete: every epoch was trained; finalised {last}"
 
     from trainbox.yolo import midepoch
 
     last_epoch = ckpt["epoch"] if state is checkpoint.Resume.RESUME else None
-    resume_from = midepoch.newer_than_last(run.midepoch_checkpoint, last_epoch) or (
-        last if state is checkpoint.Resume.RESUME else None
-    )
+    resume_from = midepoch.newer_than_last(run, last_epoch) or (last if state is checkpoint.Resume.RESUME else None)
     args = {key: value for key, value in overrides.items() if key not in PROFILE_KEYS}
     model = args.pop("model", DEFAULT_MODEL)
     # workers and amp are left to the trainer: it decides them for the device Ultralytics selects (device_defaults).
@@ -121,7 +119,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not run_dir_text:
             raise UserError(f"no run directory: pass --run-dir or set {heartbeat.RUN_DIR_ENV}")
         run_dir = Path(run_dir_text).resolve()
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)  # not the run directory: its root, the user's own path
         startup_timeout = _startup_timeout(profile)
         outcome = run_attempt(profile, overrides, run_dir, startup_timeout)
     except UserError as exc:  # a bad profile, argument or checkpoint

@@ -163,7 +163,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         else:
             super().resume_training(ckpt)
         if self.resume and ckpt is not None:
-            checkpoint.trim_results(self.csv, self.start_epoch)
+            checkpoint.trim_results(checkpoint.run_of(self.wdir), self.start_epoch)
 
     def preprocess_batch(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         self.midepoch.before_batch(self, batch)
@@ -213,11 +213,12 @@ class ProfiledDetectionTrainer(DetectionTrainer):
     def final_eval(self) -> None:
         """Ultralytics' final evaluation, with the optimizer-stripping writes made atomic."""
         self.beats.saving()
-        ckpt = checkpoint.strip_atomic(self.last) if self.last.exists() else {}
-        if self.best.exists():
+        files = checkpoint.run_of(self.wdir).files
+        ckpt = checkpoint.strip_atomic(self.last) if files.stat(self.last).value is not None else {}
+        if files.stat(self.best).value is not None:
             checkpoint.strip_atomic(self.best, updates={"train_results": ckpt.get("train_results")})
         self.beats.saved()
-        if not self.best.exists():
+        if files.stat(self.best).value is None:
             return
         LOGGER.info(f"\nValidating {self.best}...")
         validator: Any = self.validator
