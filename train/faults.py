@@ -368,15 +368,15 @@ def watch_output() -> bool:
 
 def _resumed(path: Optional[Path]) -> int:
     """The step saved in checkpoint file ``path`` (0 without one)."""
-    if path is None or not path.exists():
+    if path is None or not path.exists():  # not the run directory: the test child's own --checkpoint file
         return 0
-    return int(path.read_text() or 0)
+    return int(path.read_text() or 0)  # not the run directory: the test child's own --checkpoint file
 
 
 def _save(path: Path, step: int) -> None:
     from trainbox.atomic import write_text_atomic
 
-    write_text_atomic(path, str(step), fsync=False)
+    write_text_atomic(path, str(step), fsync=False)  # not the run directory: the test child's own --checkpoint file
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
