@@ -253,7 +253,7 @@ feed(_SLOW, beats(1.0, 500.0, 17, slow=(300.0, math.inf, 3.0)))
             st.sampled_from(["observe", "stalled", "restarted"]),
         ),
         max_size=60,
-    )
+    ),
 )
 def test_any_beat_values_never_raise(from_slow: bool, calls: List[Tuple[Any, Any, Any, Any, str]]) -> None:
     """Beats are untrusted: whatever their fields hold, the detector answers (fresh, or in a slow episode)."""
