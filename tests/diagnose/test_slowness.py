@@ -1,0 +1,182 @@
+"""Why a run became slow: the rules on readings (recorded GPU output, real stack dumps), in milliseconds."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainbox.diagnose.slowness import SUSPECTS, Conditions, explain, loader_wait_share, loader_workers
+from trainbox.system.gpu_clocks import GpuClocks, parse_nvidia, parse_rocm
+from trainbox.system.pressure import OutsideProcess, Pressure, Process, Snapshot
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+CLOCKS = FIXTURES / "smi" / "clocks"
+GIB = 2**30
+
+#: A run at its pace on a shared 2-core machine: little outside CPU, the run busy, some CPU pressure already.
+QUIET = Pressure(
+    interval_s=5.0,
+    outside=(OutsideProcess(812, "sshd", 2.0),),
+    outside_cpu_pct=12.0,
+    tree_cpu_pct=180.0,
+    psi={"cpu": 8.0, "memory": 0.0, "io": 1.0},
+    swap_in_per_s=0.0,
+    iowait_pct=1.0,
+    tree_rss_bytes=int(2.8 * GIB),
+    tree_read_bytes_per_s=45.0 * 2**20,
+)
+
+
+def pressure(**changes: Any) -> Pressure:
+    return dataclasses.replace(QUIET, **changes)
+
+
+def _h100(line: int) -> GpuClocks:
+    return parse_nvidia((CLOCKS / "h100-recorded.txt").read_text())[line]
+
+
+def test_a_thermal_throttle_against_a_busy_baseline() -> None:
+    """Baseline: the real H100 at its power cap; now: the constructed thermal throttle."""
+    (hot,) = parse_nvidia((CLOCKS / "h100-thermal.csv").read_text())
+    found = explain(Conditions(QUIET, gpus=(_h100(3),)), Conditions(QUIET, gpus=(hot,)))
+    assert found.suspect == "thermal" and not found.inside
+    assert found.evidence == (
+        "GPU 0 at 91 °C, clocks 645 of 1980 MHz, HW_SLOWDOWN, SW_THERMAL_SLOWDOWN, HW_THERMAL_SLOWDOWN"
+        " (baseline 1365 MHz at 68 °C)",
+    )
+
+
+def test_a_power_cap_is_not_a_slowdown() -> None:
+    busy = _h100(3)
+    assert explain(Conditions(QUIET, gpus=(busy,)), Conditions(QUIET, gpus=(busy,))).suspect == "unknown"
+
+
+def test_a_hot_amd_gpu_that_clocked_down_is_thermal() -> None:
+    """rocm-smi gives no reasons: a clock 38 % lower at 94 °C is the throttle."""
+    (steady,) = parse_rocm((CLOCKS / "rocm-gfx1010-steady.txt").read_text())
+    (hot,) = parse_rocm((CLOCKS / "rocm-gfx1010-hot.txt").read_text())
+    found = explain(Conditions(gpus=(steady,)), Conditions(gpus=(hot,)))
+    assert found.suspect == "thermal"
+    assert found.evidence[0] == "GPU 0 at 94 °C, clocks 1180 of 1905 MHz (baseline 1905 MHz at 71 °C)"
+
+
+def test_a_starved_gpu_that_clocked_down_is_not_thermal() -> None:
+    """The recorded idle H100 (345 MHz, 44 °C) after the busy one: the GPU waits for data, it does not throttle."""
+    found = explain(Conditions(QUIET, gpus=(_h100(3),)), Conditions(pressure(outside_cpu_pct=150.0), gpus=(_h100(0),)))
+    assert found.suspect == "contention"
+
+
+def test_swapping_is_memory_and_a_growing_run_is_inside() -> None:
+    now = pressure(swap_in_per_s=120.0, tree_rss_bytes=int(5.1 * GIB), psi={"cpu": 8.0, "memory": 35.0, "io": 30.0})
+    found = explain(Conditions(QUIET), Conditions(now))
+    assert found.suspect == "memory" and found.inside
+    assert found.evidence[:3] == (
+        "swap-in 120 pages/s (baseline 0)",
+        "memory pressure (PSI some avg10) 35 % (baseline 0 %)",
+        "tree RSS 5.1 GiB, +2.3 GiB since the baseline",
+    )
+    assert "io pressure (PSI some avg10) 30 % (baseline 1 %)" in found.evidence  # swapping shows as I/O too
+
+
+def test_memory_taken_by_others_is_not_inside() -> None:
+    found = explain(Conditions(QUIET), Conditions(pressure(swap_in_per_s=500.0)))
+    assert found.suspect == "memory" and not found.inside
+
+
+def test_busy_processes_outside_the_run_are_contention_named_by_pid() -> None:
+    now = pressure(
+        outside=(OutsideProcess(4121, "python", 97.0), OutsideProcess(4130, "ffmpeg", 61.0), OutsideProcess(812, "sshd", 2.0)),
+        outside_cpu_pct=160.0,
+        tree_cpu_pct=40.0,
+        psi={"cpu": 64.0, "memory": 0.0, "io": 1.0},
+    )
+    found = explain(Conditions(QUIET, loader_wait=0.05), Conditions(now, loader_wait=0.9))
+    assert found.suspect == "contention" and not found.inside  # the loader starves because the CPU is taken
+    assert found.evidence[:5] == (
+        "pid 4121 (python) outside the run: 97 % CPU",
+        "pid 4130 (ffmpeg) outside the run: 61 % CPU",
+        "outside the run: 160 % CPU in all (baseline 12 %)",
+        "the run's own CPU: 40 % (baseline 180 %)",
+        "cpu pressure (PSI some avg10) 64 % (baseline 8 %)",
+    )
+    assert "main thread in the DataLoader in 90 % of stack samples (baseline 5 %)" in found.evidence
+
+
+def test_pressure_that_was_already_there_is_not_a_cause() -> None:
+    """A shared machine at 70 % CPU pressure and 150 % outside CPU all along: nothing changed."""
+    loaded = pressure(outside_cpu_pct=150.0, psi={"cpu": 70.0, "memory": 0.0, "io": 1.0})
+    found = explain(Conditions(loaded), Conditions(dataclasses.replace(loaded, outside_cpu_pct=170.0)))
+    assert found.suspect == "unknown"
+    assert found.evidence[0] == "outside the run: 170 % CPU (baseline 150 %)"
+
+
+def test_a_slow_disk_is_io() -> None:
+    now = pressure(iowait_pct=25.0, tree_read_bytes_per_s=2.0 * 2**20)
+    found = explain(Conditions(QUIET), Conditions(now))
+    assert found.suspect == "io" and not found.inside
+    assert found.evidence == ("iowait 25 % of CPU time (baseline 1 %)", "the run reads 2.0 MiB/s from disk (baseline 45.0)")
+
+
+def test_a_loader_that_keeps_the_main_thread_waiting_is_loader() -> None:
+    found = explain(Conditions(QUIET, loader_wait=0.05), Conditions(QUIET, loader_wait=0.8))
+    assert found == ("loader", ("main thread in the DataLoader in 80 % of stack samples (baseline 5 %)",), True)
+
+
+def test_a_worker_gone_is_loader() -> None:
+    found = explain(Conditions(QUIET, workers=frozenset({11, 12, 13, 14})), Conditions(QUIET, workers=frozenset({11, 12, 14})))
+    assert found.suspect == "loader"
+    assert found.evidence == ("DataLoader workers: 3 now, 4 in the baseline (gone: 13)",)
+
+
+def test_nothing_read_is_unknown_and_says_so() -> None:
+    assert explain(Conditions(), Conditions()) == ("unknown", ("no machine readings to compare (pressure not sampled)",), False)
+
+
+def test_loader_wait_share_from_real_stack_dumps() -> None:
+    in_loader = (FIXTURES / "causes/loader_deadlock_supervised/stacks/32099.txt").read_text()
+    elsewhere = (FIXTURES / "causes/gpu_wait_cuda_sync/stacks/10432.txt").read_text()
+    assert loader_wait_share([in_loader, in_loader, elsewhere, ""], 32099) == pytest.approx(2 / 3)
+    assert loader_wait_share(["", "garbage"], 1) is None
+
+
+def test_loader_workers_are_the_tree_s_pt_data_workers() -> None:
+    processes = {1: Process("python", 1, 0), 2: Process("pt_data_worker", 2, 0), 3: Process("pt_data_worker", 3, 0)}
+    snapshot = Snapshot(0.0, frozenset({1, 2, 9}), 0, processes, {}, None, None, None)
+    assert loader_workers(snapshot) == frozenset({2})  # 3 is not the run's; 9 has ended
+
+
+_MAYBE = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12))
+_PRESSURES = st.builds(
+    Pressure,
+    interval_s=st.floats(0.01, 1e6),
+    outside=st.lists(st.builds(OutsideProcess, st.integers(1, 2**22), st.text(max_size=15), st.floats(0, 1e4)), max_size=5).map(
+        tuple
+    ),
+    outside_cpu_pct=st.floats(0, 1e4),
+    tree_cpu_pct=st.floats(0, 1e4),
+    psi=st.dictionaries(st.sampled_from(["cpu", "memory", "io"]), _MAYBE),
+    swap_in_per_s=_MAYBE,
+    iowait_pct=_MAYBE,
+    tree_rss_bytes=st.one_of(st.none(), st.integers(0, 2**50)),
+    tree_read_bytes_per_s=_MAYBE,
+)
+_REASONS = st.lists(st.sampled_from(["HW_SLOWDOWN", "SW_POWER_CAP", "0x1000"])).map(tuple)
+_GPUS = st.lists(st.builds(GpuClocks, st.integers(0, 7), _MAYBE, _MAYBE, _MAYBE, _MAYBE, _MAYBE, _REASONS), max_size=3).map(tuple)
+_CONDITIONS = st.builds(
+    Conditions,
+    pressure=st.one_of(st.none(), _PRESSURES),
+    gpus=_GPUS,
+    workers=st.one_of(st.none(), st.frozensets(st.integers(1, 100), max_size=6)),
+    loader_wait=st.one_of(st.none(), st.floats(0, 1)),
+)
+
+
+@given(_CONDITIONS, _CONDITIONS)
+def test_any_readings_give_one_suspect_with_evidence(before: Conditions, now: Conditions) -> None:
+    found = explain(before, now)
+    assert found.suspect in SUSPECTS and found.evidence and all(isinstance(line, str) for line in found.evidence)
