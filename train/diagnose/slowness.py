@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
-from trainbox.causes import DATALOADER_WORKER, LOADER_FRAMES, main_thread, parse_stacks
+from trainbox.diagnose.causes import DATALOADER_WORKER, LOADER_FRAMES, main_thread, parse_stacks
 from trainbox.system.gpu_clocks import GpuClocks
 from trainbox.system.pressure import Pressure, Snapshot
 
@@ -114,7 +114,7 @@ def loader_workers(snapshot: Snapshot) -> FrozenSet[int]:
 
 def loader_wait_share(dumps: Sequence[str], pid: int) -> Optional[float]:
     """The share of ``dumps`` (stack dumps of process ``pid``, py-spy or faulthandler text) in which its main
-    thread was in the DataLoader (:data:`trainbox.causes.LOADER_FRAMES`); None when no dump shows a main thread."""
+    thread was in the DataLoader (:data:`trainbox.diagnose.causes.LOADER_FRAMES`); None when no dump shows a main thread."""
     seen = waiting = 0
     for dump in dumps:
         main = main_thread(parse_stacks(dump), pid)

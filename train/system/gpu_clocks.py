@@ -26,7 +26,7 @@ Sources:
   the one comparable to NVIDIA's ``temperature.gpu``.
 
 :func:`query` runs the first installed tool, with a timeout, through
-:func:`trainbox.gpu_state.query` (a tool that hangs in the driver is killed and
+:func:`trainbox.system.gpu_state.query` (a tool that hangs in the driver is killed and
 not waited for) and never raises. The parsers are pure and total: any text
 gives a list, of the GPUs it could read.
 """
@@ -37,7 +37,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from trainbox import gpu_state
+from trainbox.system import gpu_state
 
 #: The nvidia-smi query: index, core temperature, SM clock now and at most, power now and its limit, the active
 #: clock event reasons (a bitmask) and the three slowdown flags (the same bits, spelled out).
@@ -51,7 +51,7 @@ _NVIDIA_FIELDS = 10
 #: The rocm-smi query: temperatures, the current sclk, power and its cap, the supported clock levels.
 ROCM_QUERY = ("rocm-smi", "--showtemp", "--showgpuclocks", "--showpower", "--showmaxpower", "--showclkfrq")
 #: How long one query may take: nvidia-smi answered this query in 28 ms on an H100; a driver that needs more
-#: than 3 s is hung (trainbox.evidence gives its GPU queries the same).
+#: than 3 s is hung (trainbox.diagnose.evidence gives its GPU queries the same).
 QUERY_TIMEOUT_S = 3.0
 
 #: NVML's clock event reasons (nvmlClocksEventReason*, NVML API reference, "NvmlClocksEventReasons"; the last two
@@ -202,13 +202,11 @@ _TOOLS = ((NVIDIA_QUERY, parse_nvidia), (ROCM_QUERY, parse_rocm))
 def query(timeout: float = QUERY_TIMEOUT_S) -> Optional[Reading]:
     """Ask the first installed tool (nvidia-smi, else rocm-smi); None when neither is installed. Never raises."""
     for argv, parse in _TOOLS:
-        try:
-            answer = gpu_state.query(argv, timeout)
-        except Exception as exc:  # output that does not decode, say: a diagnostic read must never end the supervisor
-            return Reading(argv[0], error=f"{argv[0]}: {exc}")
+        answer = gpu_state.query(argv, timeout)  # undecodable bytes come back replaced, never raised
         if answer is None:
             continue
         if not answer.ok:
             return Reading(argv[0], error=answer.text, hung=answer.hung)
-        return Reading(argv[0], gpus=tuple(parse(answer.text)))
+        gpus = tuple(parse(answer.text))
+        return Reading(argv[0], gpus=gpus, error=None if gpus else f"{argv[0]}: no GPU readings in its output")
     return None
