@@ -3,7 +3,7 @@
 A fault is armed through the environment and fires at a named *site* when
 its conditions match the context the site reports::
 
-    TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE ...][;KIND@SITE...]"
+    TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE|KEY<VALUE ...][;KIND@SITE...]"
     TRAIN_FAULT="sleep@worker,attempt=0,epoch>=2"
 
 ``attempt`` is always available (from ``TRAIN_ATTEMPT``), and under torchrun
@@ -14,6 +14,12 @@ that is one dictionary lookup. The supervisor's own site is ``supervisor``
 supervisors of the run hung in a row before this one), so that
 ``TRAIN_FAULT="wait@supervisor,hangs=0,epoch>=2"`` hangs only the first one.
 The compile faults run for ``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
+
+Two faults slow a run down instead of stopping it (fail-slow, :mod:`trainbox.supervise.pace_watch`): ``slow``
+stretches the time between two hits of its site in this process ``TRAIN_FAULT_FACTOR`` times (default 3: steps
+that took 0.1 s take 0.3 s, whatever the step rate; ``slow@getitem`` does it to a DataLoader's ``__getitem__`` in
+each worker), and ``leak`` keeps ``TRAIN_FAULT_MB`` more MiB (default 32) of memory at each hit, touched so that
+it is resident, which a memory limit turns into a slowdown (``leak@step,step>=100,step<120``: 640 MiB).
 
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
@@ -31,11 +37,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 FAULT_ENV = "TRAIN_FAULT"
 #: How long the compile faults work before they let the child go on.
 SECONDS_ENV = "TRAIN_FAULT_SECONDS"
+#: How many times as long the ``slow`` fault makes the time between two hits of its site.
+FACTOR_ENV = "TRAIN_FAULT_FACTOR"
+#: MiB the ``leak`` fault keeps at each hit.
+LEAK_MB_ENV = "TRAIN_FAULT_MB"
 
 
 def _fault_seconds() -> float:
@@ -171,6 +181,28 @@ def compile_into_inductor_cache() -> None:
         kernel += 1
 
 
+#: When the ``slow`` fault's last hit in this process ended (monotonic seconds), None before its first.
+_last_slow: List[float] = []
+#: The memory the ``leak`` fault keeps.
+_leaked: List[bytearray] = []
+
+
+def slow_down() -> None:
+    """Stretch the time since this fault's last hit in this process to TRAIN_FAULT_FACTOR times as long."""
+    now = time.monotonic()
+    if _last_slow:
+        time.sleep(max(0.0, (float(os.environ.get(FACTOR_ENV, "3")) - 1.0) * (now - _last_slow[0])))
+    _last_slow[:] = [time.monotonic()]
+
+
+def leak_memory() -> None:
+    """Keep TRAIN_FAULT_MB more MiB, every page touched (resident, not just reserved)."""
+    block = bytearray(int(float(os.environ.get(LEAK_MB_ENV, "32")) * 2**20))
+    for at in range(0, len(block), 4096):
+        block[at] = 1
+    _leaked.append(block)
+
+
 def crash() -> None:
     """Exit with status 3, as a training script that hit an error would."""
     sys.stderr.write("trainbox fault: injected crash\n")
@@ -217,6 +249,8 @@ KINDS: Dict[str, Callable[[], None]] = {
     "loader": hang_in_dataloader,
     "cc": compile_with_cc,
     "cache": compile_into_inductor_cache,
+    "slow": slow_down,
+    "leak": leak_memory,
 }
 
 
@@ -234,7 +268,7 @@ class Fault:
             if value is None:
                 return False
             actual = int(value)  # type: ignore[call-overload]
-            if (op == ">=" and actual < expected) or (op == "=" and actual != expected):
+            if (op == ">=" and actual < expected) or (op == "<" and actual >= expected) or (op == "=" and actual != expected):
                 return False
         return True
 
@@ -249,10 +283,10 @@ def parse(spec: str) -> List[Fault]:
             raise ValueError(f"bad fault {entry!r}: expected KIND@SITE with KIND in {sorted(KINDS)}")
         conditions = []
         for cond in conds:
-            op = ">=" if ">=" in cond else "="
+            op = next(op for op in (">=", "<", "=") if op in cond or op == "=")
             key, _, value = cond.partition(op)
             if not key or not value.lstrip("-").isdigit():
-                raise ValueError(f"bad fault condition {cond!r} in {entry!r}: expected KEY=INT or KEY>=INT")
+                raise ValueError(f"bad fault condition {cond!r} in {entry!r}: expected KEY=INT, KEY>=INT or KEY<INT")
             conditions.append((key.strip(), op, int(value)))
         found.append(Fault(kind, site.strip(), tuple(conditions)))
     return found
@@ -280,16 +314,71 @@ def point(site: str, **context: object) -> None:
             KINDS[fault.kind]()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
+class StepWork:
+    """What one step of ``main``'s child does besides beating, as its fail-slow options ask (see ``main``)."""
 
-    ``--phase-timeout`` declares a phase (``--slow-phase``, default ``slow``) of
-    that budget before step ``--slow-step`` (fault site ``slow``) and then stays
-    silent for ``--slow-seconds``. ``--chatter N``
-    prints N more bytes per step (a chatty trainer that fills its output pipe).
-    """
-    from trainbox import heartbeat
+    def __init__(self, args: argparse.Namespace) -> None:
+        import random
 
+        self.args = args
+        self.random = random.Random(args.seed)
+        self.pages: Optional[memoryview] = None
+        self.batches: Optional[Iterator[object]] = None
+        if args.dataset_mb:
+            self.pages = _mapped_dataset(args.dataset_mb)
+        if args.loader_workers is not None:
+            self.batches = iter(_loader(args.steps, args.loader_workers, args.item_s))
+
+    def run(self) -> None:
+        if self.batches is not None:
+            next(self.batches)
+        if self.args.work:
+            until = time.process_time() + self.args.work
+            while time.process_time() < until:  # CPU seconds: a step that other processes' CPU slows down
+                pass
+        if self.pages is not None:
+            sum(self.pages[at] for at in range(0, len(self.pages), 4096))
+
+    def pause(self) -> float:
+        """The sleep after a step: ``--interval``, spread over +-``--jitter`` of it."""
+        return self.args.interval * (1.0 + self.random.uniform(-self.args.jitter, self.args.jitter))
+
+
+def _mapped_dataset(megabytes: int) -> memoryview:
+    """A file of ``megabytes`` MiB in the run directory, written by this process (so a memory cgroup it runs in
+    holds its page cache), memory-mapped as a training set often is."""
+    import mmap
+
+    path = Path(os.environ.get("TRAIN_RUN_DIR", ".")) / f"fault-dataset-{megabytes}.bin"
+    if not path.exists() or path.stat().st_size != megabytes * 2**20:
+        with open(path, "wb") as handle:
+            for _ in range(megabytes):
+                handle.write(os.urandom(2**20))
+    with open(path, "rb") as handle:
+        return memoryview(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ))
+
+
+#: Samples in one batch of ``main``'s DataLoader.
+LOADER_BATCH = 4
+
+
+def _loader(steps: int, workers: int, item_s: float) -> Iterable[object]:
+    """A torch DataLoader of ``steps`` batches whose ``__getitem__`` takes ``item_s`` s (fault site ``getitem``)."""
+    import torch.utils.data
+
+    class Items(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return steps * LOADER_BATCH
+
+        def __getitem__(self, index: int) -> int:
+            time.sleep(item_s)
+            point("getitem", index=index)
+            return index
+
+    return torch.utils.data.DataLoader(Items(), batch_size=LOADER_BATCH, num_workers=workers, persistent_workers=workers > 0)
+
+
+def _arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trainbox.faults")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--interval", type=float, default=0.1)
@@ -299,20 +388,48 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--slow-phase", default="slow")
     parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
     parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
-    args = parser.parse_args(argv)
+    parser.add_argument("--jitter", type=float, default=0.0, help="spread of each interval, a share of it (0.3: +-30 %%)")
+    parser.add_argument("--seed", type=int, default=0, help="of the jitter")
+    parser.add_argument("--work", type=float, default=0.0, help="CPU seconds burnt per step")
+    parser.add_argument("--dataset-mb", type=int, default=0, help="MiB of a memory-mapped file read per step")
+    parser.add_argument("--loader-workers", type=int, default=None, help="take each step's batch from a DataLoader")
+    parser.add_argument("--item-s", type=float, default=0.01, help="seconds the DataLoader's __getitem__ takes")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
+
+    ``--phase-timeout`` declares a phase (``--slow-phase``, default ``slow``) of
+    that budget before step ``--slow-step`` (fault site ``slow``) and then stays
+    silent for ``--slow-seconds``. ``--chatter N``
+    prints N more bytes per step (a chatty trainer that fills its output pipe).
+
+    For the fail-slow tests (:class:`StepWork`): ``--jitter J`` spreads each
+    interval uniformly over +-J of it (seeded by ``--seed``); ``--work S`` burns
+    S seconds of CPU per step; ``--dataset-mb N`` reads every page of a
+    memory-mapped N MiB file per step; ``--loader-workers N`` takes each step's
+    batch from a torch DataLoader with N workers (0: in this process) whose
+    ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index``).
+    """
+    from trainbox import heartbeat
+
+    args = _arguments(argv)
     time.sleep(args.silent_start)
     point("start")
+    work = StepWork(args)
     for step in range(args.steps):
         if step == args.slow_step:
             heartbeat.beat(args.slow_phase, step=step, timeout=args.phase_timeout, force=True)
             point("slow", step=step)
             time.sleep(args.slow_seconds)
+        work.run()
         heartbeat.beat("train", step=step, timeout=None, force=True)
         print(f"step {step}", flush=True)
         if args.chatter:
             print("." * args.chatter, flush=True)
         point("step", step=step)
-        time.sleep(args.interval)
+        time.sleep(work.pause())
     return 0
 
 

@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 
 from trainbox.diagnose.slowness import SUSPECTS, Conditions, explain, loader_wait_share, loader_workers
 from trainbox.system.gpu_clocks import GpuClocks, parse_nvidia, parse_rocm
+from trainbox.system.memcg import MemoryLimit
 from trainbox.system.pressure import OutsideProcess, Pressure, Process, Snapshot
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CLOCKS = FIXTURES / "smi" / "clocks"
 GIB = 2**30
+MIB = 2**20
 
 #: A run at its pace on a shared 2-core machine: little outside CPU, the run busy, some CPU pressure already.
 QUIET = Pressure(
@@ -34,6 +36,10 @@ QUIET = Pressure(
 
 def pressure(**changes: Any) -> Pressure:
     return dataclasses.replace(QUIET, **changes)
+
+
+#: QUIET with a new busy process outside the run.
+HOGGED = pressure(outside=(OutsideProcess(4121, "python", 140.0, 9000), *QUIET.outside), outside_cpu_pct=150.0)
 
 
 def _h100(line: int) -> GpuClocks:
@@ -67,7 +73,7 @@ def test_a_hot_amd_gpu_that_clocked_down_is_thermal() -> None:
 
 def test_a_starved_gpu_that_clocked_down_is_not_thermal() -> None:
     """The recorded idle H100 (345 MHz, 44 °C) after the busy one: the GPU waits for data, it does not throttle."""
-    found = explain(Conditions(QUIET, gpus=(_h100(3),)), Conditions(pressure(outside_cpu_pct=150.0), gpus=(_h100(0),)))
+    found = explain(Conditions(QUIET, gpus=(_h100(3),)), Conditions(HOGGED, gpus=(_h100(0),)))
     assert found.suspect == "contention"
 
 
@@ -78,7 +84,7 @@ def test_swapping_is_memory_and_a_growing_run_is_inside() -> None:
     assert found.evidence[:3] == (
         "swap-in 120 pages/s (baseline 0)",
         "memory pressure (PSI some avg10) 35 % (baseline 0 %)",
-        "tree RSS 5.1 GiB, +2.3 GiB since the baseline",
+        "the run's RSS 5.1 GiB, +2.3 GiB since the baseline",
     )
     assert "io pressure (PSI some avg10) 30 % (baseline 1 %)" in found.evidence  # swapping shows as I/O too
 
@@ -98,8 +104,8 @@ def test_busy_processes_outside_the_run_are_contention_named_by_pid() -> None:
     found = explain(Conditions(QUIET, loader_wait=0.05), Conditions(now, loader_wait=0.9))
     assert found.suspect == "contention" and not found.inside  # the loader starves because the CPU is taken
     assert found.evidence[:5] == (
-        "pid 4121 (python) outside the run: 97 % CPU",
-        "pid 4130 (ffmpeg) outside the run: 61 % CPU",
+        "pid 4121 (python) outside the run: 97 % CPU (baseline 0 %)",
+        "pid 4130 (ffmpeg) outside the run: 61 % CPU (baseline 0 %)",
         "outside the run: 160 % CPU in all (baseline 12 %)",
         "the run's own CPU: 40 % (baseline 180 %)",
         "cpu pressure (PSI some avg10) 64 % (baseline 8 %)",
@@ -113,6 +119,45 @@ def test_pressure_that_was_already_there_is_not_a_cause() -> None:
     found = explain(Conditions(loaded), Conditions(dataclasses.replace(loaded, outside_cpu_pct=170.0)))
     assert found.suspect == "unknown"
     assert found.evidence[0] == "outside the run: 170 % CPU (baseline 150 %)"
+
+
+def test_a_run_thrashing_at_its_memory_limit_is_memory_and_its_leak_is_inside() -> None:
+    """Measured on this machine: a run at its cgroup's limit with no swap re-reads its mapped data at every step."""
+    baseline = pressure(memory_limit=MemoryLimit("/sys/fs/cgroup/memory/run", 300 * MIB, 768 * MIB, 0),
+                        limit_hits_per_s=0.0, tree_anon_bytes=40 * MIB)  # fmt: skip
+    now = pressure(memory_limit=MemoryLimit("/sys/fs/cgroup/memory/run", 767 * MIB, 768 * MIB, 90000),
+                   limit_hits_per_s=5400.0, tree_anon_bytes=700 * MIB, tree_read_bytes_per_s=480.0 * MIB,
+                   iowait_pct=30.0)  # fmt: skip
+    found = explain(Conditions(baseline), Conditions(now))
+    assert found.suspect == "memory" and found.inside
+    assert found.evidence[0] == "the run's memory cgroup at 767 of 768 MiB, its limit hit 5400 times/s (baseline 300 MiB)"
+    assert "the run's anonymous memory 0.7 GiB, +0.6 GiB since the baseline" in found.evidence
+
+
+def test_a_full_cgroup_that_was_full_at_pace_is_no_change() -> None:
+    full = pressure(memory_limit=MemoryLimit("/g", 767 * MIB, 768 * MIB, 10), limit_hits_per_s=20.0)
+    assert explain(Conditions(full), Conditions(full)).suspect == "unknown"
+
+
+def test_the_run_s_pages_read_back_are_memory() -> None:
+    found = explain(Conditions(pressure(tree_major_faults_per_s=0.0)), Conditions(pressure(tree_major_faults_per_s=900.0)))
+    assert found.suspect == "memory" and not found.inside
+    assert found.evidence[0] == "the run's major page faults 900/s (baseline 0): its pages are read back from disk"
+
+
+def test_busy_neighbours_do_not_slow_a_run_that_does_not_wait_for_a_cpu() -> None:
+    """A sleeping (or GPU-bound) run on a shared machine: others' jobs come and go, its run-queue wait stays."""
+    found = explain(Conditions(pressure(tree_wait_pct=2.0)), Conditions(dataclasses.replace(HOGGED, tree_wait_pct=3.0)))
+    assert found.suspect == "unknown"
+
+
+def test_a_cpu_bound_run_that_waits_for_its_cpu_names_the_new_hogs() -> None:
+    found = explain(Conditions(pressure(tree_wait_pct=5.0)), Conditions(dataclasses.replace(HOGGED, tree_wait_pct=65.0)))
+    assert found.suspect == "contention" and not found.inside
+    assert found.evidence[:2] == (
+        "pid 4121 (python) outside the run: 140 % CPU (baseline 0 %)",
+        "the run waited for a CPU 65 % of the time (baseline 5 %)",
+    )
 
 
 def test_a_slow_disk_is_io() -> None:
@@ -154,9 +199,9 @@ _MAYBE = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, m
 _PRESSURES = st.builds(
     Pressure,
     interval_s=st.floats(0.01, 1e6),
-    outside=st.lists(st.builds(OutsideProcess, st.integers(1, 2**22), st.text(max_size=15), st.floats(0, 1e4)), max_size=5).map(
-        tuple
-    ),
+    outside=st.lists(
+        st.builds(OutsideProcess, st.integers(1, 2**22), st.text(max_size=15), st.floats(0, 1e4), st.integers(0, 9)), max_size=5
+    ).map(tuple),
     outside_cpu_pct=st.floats(0, 1e4),
     tree_cpu_pct=st.floats(0, 1e4),
     psi=st.dictionaries(st.sampled_from(["cpu", "memory", "io"]), _MAYBE),
@@ -164,6 +209,20 @@ _PRESSURES = st.builds(
     iowait_pct=_MAYBE,
     tree_rss_bytes=st.one_of(st.none(), st.integers(0, 2**50)),
     tree_read_bytes_per_s=_MAYBE,
+    tree_major_faults_per_s=_MAYBE,
+    tree_anon_bytes=st.one_of(st.none(), st.integers(0, 2**50)),
+    memory_limit=st.one_of(
+        st.none(),
+        st.builds(
+            MemoryLimit,
+            st.text(max_size=5),
+            st.integers(0, 2**40),
+            st.one_of(st.none(), st.integers(0, 2**40)),
+            st.one_of(st.none(), st.integers(0, 2**40)),
+        ),
+    ),
+    limit_hits_per_s=_MAYBE,
+    tree_wait_pct=_MAYBE,
 )
 _REASONS = st.lists(st.sampled_from(["HW_SLOWDOWN", "SW_POWER_CAP", "0x1000"])).map(tuple)
 _GPUS = st.lists(st.builds(GpuClocks, st.integers(0, 7), _MAYBE, _MAYBE, _MAYBE, _MAYBE, _MAYBE, _REASONS), max_size=3).map(tuple)

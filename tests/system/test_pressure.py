@@ -79,11 +79,7 @@ def test_the_tree_s_disk_reads_are_counted(tmp_path: Path, sleeper: subprocess.P
     """A tree process reads a file dropped from the page cache: its reads reach the disk and are counted."""
     data = tmp_path / "data.bin"
     size = 8 * 1024 * 1024
-    with open(data, "wb") as handle:
-        handle.write(os.urandom(size))
-        handle.flush()
-        os.fsync(handle.fileno())
-        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    _dropped_from_cache(data, size)
     reader = subprocess.Popen([sys.executable, "-c", f"import time; open({str(data)!r}, 'rb').read(); time.sleep(30)"])
     try:
         before = take([reader.pid, sleeper.pid])
@@ -94,6 +90,66 @@ def test_the_tree_s_disk_reads_are_counted(tmp_path: Path, sleeper: subprocess.P
         reader.wait()
     assert found.tree_read_bytes_per_s is not None
     assert found.tree_read_bytes_per_s * found.interval_s >= size / 2
+
+
+def _dropped_from_cache(path: Path, size: int) -> None:
+    with open(path, "wb") as handle:
+        handle.write(os.urandom(size))
+        handle.flush()
+        os.fsync(handle.fileno())
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+#: What the mapper below does: map a file that is not in the page cache and touch each page, without readahead
+#: (as a randomly read dataset is): every touch reads the disk, a major fault; and hold 64 MiB of its own.
+MAPPER = """
+import mmap, sys, time
+data = open(sys.argv[1], "rb")
+pages = mmap.mmap(data.fileno(), 0, prot=mmap.PROT_READ)
+pages.madvise(mmap.MADV_RANDOM)
+held = bytearray(64 * 2**20)
+for at in range(0, len(held), 4096):
+    held[at] = 1
+print("ready", flush=True)
+sys.stdin.readline()
+total = sum(pages[at] for at in range(0, len(pages), 4096))
+time.sleep(30)
+"""
+
+
+def test_the_tree_s_major_faults_and_anonymous_memory_are_counted(tmp_path: Path) -> None:
+    data = tmp_path / "mapped.bin"
+    _dropped_from_cache(data, 8 * 2**20)
+    mapper = subprocess.Popen([sys.executable, "-c", MAPPER, str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert mapper.stdout is not None and mapper.stdin is not None and mapper.stdout.readline() == "ready\n"
+        before = take([mapper.pid])
+        mapper.stdin.write("go\n")
+        mapper.stdin.flush()
+        time.sleep(INTERVAL_S)
+        found = compare(before, take([mapper.pid]))
+    finally:
+        mapper.kill()
+        mapper.wait()
+    assert found.tree_major_faults_per_s is not None
+    assert found.tree_major_faults_per_s * found.interval_s >= 8 * 2**20 / 4096 / 2
+    assert found.tree_anon_bytes is not None and found.tree_anon_bytes >= 64 * 2**20
+    assert found.tree_rss_bytes is not None and found.tree_rss_bytes >= found.tree_anon_bytes
+
+
+def test_the_run_s_wait_for_a_cpu_is_counted() -> None:
+    """Two spinners on one CPU: each waits in the run queue about half the time, the run's among them."""
+    pin = "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", pin]) for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        found = _measure([spinners[0].pid])
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert found.tree_wait_pct is not None and found.tree_wait_pct >= 25.0
+    assert spinners[1].pid in {p.pid for p in found.outside}
 
 
 def test_machine_wide_readings_are_in_range() -> None:
@@ -130,8 +186,8 @@ def test_a_recycled_pid_is_a_new_process() -> None:
 
 
 def test_parse_stat_takes_the_name_between_the_outer_parentheses() -> None:
-    line = "4121 (my (odd) name) R 1 2 3 0 -1 0 0 0 0 0 150 50 0 0 20 0 1 0 987654 0 0"
-    assert pressure.parse_stat(line) == ("my (odd) name", 987654, 200)
+    line = "4121 (my (odd) name) R 1 2 3 0 -1 0 0 0 7 0 150 50 0 0 20 0 1 0 987654 0 0"
+    assert pressure.parse_stat(line) == ("my (odd) name", 987654, 200, 7)
     assert pressure.parse_stat(Path(f"/proc/{os.getpid()}/stat").read_text()) is not None
 
 
@@ -159,4 +215,4 @@ def test_parsers_never_raise_on_any_text(text: str) -> None:
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20), st.integers(0, 2**40), st.integers(0, 2**40))
 def test_parse_stat_reads_any_name(name: str, utime: int, started: int) -> None:
     line = f"99 ({name}) S 1 1 1 0 -1 0 0 0 0 0 {utime} 0 0 0 20 0 1 0 {started} 0 0"
-    assert pressure.parse_stat(line) == (name, started, utime)
+    assert pressure.parse_stat(line) == (name, started, utime, 0)

@@ -19,12 +19,24 @@ that fires adds its evidence (the suspect's first):
    the GPU's own report is the most direct evidence there is, and heat is
    independent of what the CPU side does. A clock that fell on a cool GPU is a
    starved GPU (idle clocks), not a cause.
-2. ``memory``: swap-in rose by :data:`SWAP_IN_RISE_PAGES_S` or more, or memory
-   pressure (PSI) by :data:`PSI_RISE_PCT`. Before contention and I/O, because
-   swapping shows up as both (kswapd's CPU, swap reads).
-3. ``contention``: processes outside the run take :data:`CONTENTION_RISE_PCT`
-   more CPU than in the baseline (each of them above :data:`HOG_CPU_PCT` named
-   with pid and name), or CPU pressure (PSI) rose by :data:`PSI_RISE_PCT`.
+2. ``memory``: the run's memory cgroup is at :data:`LIMIT_FULL_SHARE` of its
+   limit and hits it now, which it did not in the baseline (its page cache, a
+   memory-mapped dataset or its own code, is then evicted and read back at every
+   step: how a run thrashes on a machine without swap, :mod:`trainbox.system.memcg`);
+   swap-in rose by :data:`SWAP_IN_RISE_PAGES_S` or more, or the run's own major
+   page faults by as many; or memory pressure (PSI) by :data:`PSI_RISE_PCT`. Before contention and I/O, because swapping
+   shows up as both (kswapd's CPU, swap reads).
+3. ``contention``: the run waits for a CPU (its main threads' run-queue delay)
+   :data:`RUN_WAIT_RISE_PCT` more of the time than in the baseline, and processes
+   outside the run take :data:`CONTENTION_RISE_PCT` more CPU than they did then
+   (counted process by process, pid and start, so that a neighbour that went
+   quiet does not hide a new hog on a shared machine; each that took
+   :data:`HOG_RISE_PCT` more is named with pid, name and its CPU now and then)
+   or CPU pressure (PSI) rose by :data:`PSI_RISE_PCT`. The run's own wait comes
+   first because a busy machine slows only a run that needs its CPU: on this
+   development machine other people's jobs came and went all day, and a run that
+   sleeps between steps (or waits on its GPU) is not theirs to slow. Where the
+   kernel keeps no run delay, the outside rise alone decides.
 4. ``io``: iowait rose by :data:`IOWAIT_RISE_PCT` or I/O pressure (PSI) by
    :data:`PSI_RISE_PCT`.
 5. ``loader``: the main thread is in the DataLoader in at least
@@ -39,9 +51,11 @@ shared machine may sit at 70 % CPU pressure all day (this development machine
 did), and a busy GPU sits at its power cap (SW_POWER_CAP is no slowdown).
 
 ``inside`` says whether the suspect lies inside the run, where a restart can
-help: ``loader``, and ``memory`` when the run's own RSS grew by
-:data:`RSS_GROWTH_BYTES` and :data:`RSS_GROWTH_SHARE` (a leak). ``--on-slow
-restart`` acts only then; never for contention or heat.
+help: ``loader``, and ``memory`` when the run's own anonymous memory (its RSS
+where the kernel does not split it) grew by :data:`RSS_GROWTH_BYTES` and
+:data:`RSS_GROWTH_SHARE` (a leak: the pages of a memory-mapped dataset are
+file-backed and come and go with the cache, a leak's are anonymous).
+``--on-slow restart`` acts only then; never for contention or heat.
 """
 
 from __future__ import annotations
@@ -51,7 +65,7 @@ from typing import FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from trainbox.diagnose.causes import DATALOADER_WORKER, LOADER_FRAMES, main_thread, parse_stacks
 from trainbox.system.gpu_clocks import GpuClocks
-from trainbox.system.pressure import Pressure, Snapshot
+from trainbox.system.pressure import OutsideProcess, Pressure, Snapshot
 
 SUSPECTS = ("thermal", "memory", "contention", "io", "loader", "unknown")
 
@@ -60,6 +74,8 @@ CLOCK_DROP = 0.15
 #: A GPU this hot (°C, core/edge sensor) that also clocked down is throttling for heat: consumer NVIDIA cards start
 #: lowering their boost clocks in the low 80s, and seed 004's user wanted theirs below 70.
 HOT_C = 80.0
+#: The run's memory cgroup holding this share of its limit is at its limit (the kernel reclaims from a little below).
+LIMIT_FULL_SHARE = 0.9
 #: Swap-in that rose by this many pages per second (256 KiB/s of 4 KiB pages) means the working set no longer fits:
 #: a run at its pace reads nothing back from swap.
 SWAP_IN_RISE_PAGES_S = 64.0
@@ -67,10 +83,14 @@ SWAP_IN_RISE_PAGES_S = 64.0
 PSI_RISE_PCT = 20.0
 #: Outside CPU that rose by this much (% of one core): half a core taken from a run, a quarter of a 2-core machine.
 CONTENTION_RISE_PCT = 50.0
-#: An outside process using this much of one core is named as a suspect.
-HOG_CPU_PCT = 50.0
-#: How many such processes the evidence names.
-HOGS_SHOWN = 3
+#: The run's main threads waiting for a CPU this much more of the time (% of one CPU) than in the baseline: a tenth
+#: of its time lost to the run queue.
+RUN_WAIT_RISE_PCT = 10.0
+#: An outside process that took this much more of one core than in the baseline is named as a suspect: two hogs
+#: that share a core with a CPU-bound run get a third of it each.
+HOG_RISE_PCT = 25.0
+#: How many such processes the evidence names, the biggest rise first.
+HOGS_SHOWN = 4
 #: Iowait (% of all CPU time) that rose by this many points: the disk holds the run up.
 IOWAIT_RISE_PCT = 10.0
 #: The main thread in the DataLoader in this share of samples or more is loader-bound ...
@@ -171,31 +191,72 @@ def _thermal(now: Conditions, before: Conditions) -> List[str]:
     return [_gpu_line(gpu, baseline.get(gpu.index)) for gpu in now.gpus if _throttled(gpu, baseline.get(gpu.index))]
 
 
+def _at_limit(pressure: Pressure) -> bool:
+    """The run's memory cgroup is full and hit its limit during the interval."""
+    limit = pressure.memory_limit
+    if limit is None or not limit.limit_bytes or not pressure.limit_hits_per_s:
+        return False
+    return limit.usage_bytes >= LIMIT_FULL_SHARE * limit.limit_bytes
+
+
 def _memory(now: Pressure, before: Pressure) -> List[str]:
     lines = []
+    if _at_limit(now) and not _at_limit(before) and now.memory_limit is not None:
+        usage, limit = now.memory_limit.usage_bytes / _MIB, (now.memory_limit.limit_bytes or 0) / _MIB
+        then = f"{before.memory_limit.usage_bytes / _MIB:.0f} MiB" if before.memory_limit is not None else "unknown"
+        lines.append(
+            f"the run's memory cgroup at {usage:.0f} of {limit:.0f} MiB, its limit hit {now.limit_hits_per_s:.0f} times/s "
+            f"(baseline {then})"
+        )
     rise = _rise(now.swap_in_per_s, before.swap_in_per_s)
     if rise is not None and rise >= SWAP_IN_RISE_PAGES_S:
         lines.append(f"swap-in {now.swap_in_per_s:.0f} pages/s (baseline {before.swap_in_per_s:.0f})")
+    faults = _rise(now.tree_major_faults_per_s, before.tree_major_faults_per_s)
+    if faults is not None and faults >= SWAP_IN_RISE_PAGES_S:
+        lines.append(
+            f"the run's major page faults {now.tree_major_faults_per_s:.0f}/s (baseline {before.tree_major_faults_per_s:.0f}): "
+            "its pages are read back from disk"
+        )
     psi = _psi_line("memory", now, before)
     return lines + ([psi] if psi else [])
 
 
 def _rss_growth(now: Pressure, before: Pressure) -> Optional[str]:
-    """Evidence when the run's own RSS grew by RSS_GROWTH_BYTES and RSS_GROWTH_SHARE."""
-    grown = _rise(now.tree_rss_bytes, before.tree_rss_bytes)
-    if grown is None or not before.tree_rss_bytes or grown < max(RSS_GROWTH_BYTES, RSS_GROWTH_SHARE * before.tree_rss_bytes):
+    """Evidence when the run's own anonymous memory (else its RSS) grew by RSS_GROWTH_BYTES and RSS_GROWTH_SHARE."""
+    anon = now.tree_anon_bytes is not None and before.tree_anon_bytes is not None
+    then, size = (before.tree_anon_bytes, now.tree_anon_bytes) if anon else (before.tree_rss_bytes, now.tree_rss_bytes)
+    grown = _rise(size, then)
+    if grown is None or not then or grown < max(RSS_GROWTH_BYTES, RSS_GROWTH_SHARE * then):
         return None
-    return f"tree RSS {(now.tree_rss_bytes or 0) / _GIB:.1f} GiB, +{grown / _GIB:.1f} GiB since the baseline"
+    what = "anonymous memory" if anon else "RSS"
+    return f"the run's {what} {(size or 0) / _GIB:.1f} GiB, +{grown / _GIB:.1f} GiB since the baseline"
+
+
+def _outside_rises(now: Pressure, before: Pressure) -> List[Tuple[float, OutsideProcess]]:
+    """Each outside process's CPU rise since the baseline (a process not in the baseline's list rose from 0), the
+    biggest first; only the rises."""
+    then = {(p.pid, p.started): p.cpu_pct for p in before.outside}
+    rises = [(p.cpu_pct - then.get((p.pid, p.started), 0.0), p) for p in now.outside]
+    return sorted(((rise, p) for rise, p in rises if rise > 0), key=lambda item: (-item[0], item[1].pid))
 
 
 def _contention(now: Pressure, before: Pressure) -> List[str]:
-    lines = []
-    if now.outside_cpu_pct - before.outside_cpu_pct >= CONTENTION_RISE_PCT:
-        hogs = [p for p in now.outside if p.cpu_pct >= HOG_CPU_PCT][:HOGS_SHOWN]
-        lines += [f"pid {p.pid} ({p.name}) outside the run: {p.cpu_pct:.0f} % CPU" for p in hogs]
-        lines.append(f"outside the run: {now.outside_cpu_pct:.0f} % CPU in all (baseline {before.outside_cpu_pct:.0f} %)")
-        lines.append(f"the run's own CPU: {now.tree_cpu_pct:.0f} % (baseline {before.tree_cpu_pct:.0f} %)")
+    waited = _rise(now.tree_wait_pct, before.tree_wait_pct)
+    if waited is not None and waited < RUN_WAIT_RISE_PCT:
+        return []  # the run does not wait for a CPU more than it did: whatever others do, it is not contention
+    rises = _outside_rises(now, before)
     psi = _psi_line("cpu", now, before)
+    if sum(rise for rise, _ in rises) < CONTENTION_RISE_PCT:
+        return [psi] if psi else []
+    then = {(p.pid, p.started): p.cpu_pct for p in before.outside}
+    lines = [
+        f"pid {p.pid} ({p.name}) outside the run: {p.cpu_pct:.0f} % CPU (baseline {then.get((p.pid, p.started), 0.0):.0f} %)"
+        for p in [p for rise, p in rises if rise >= HOG_RISE_PCT][:HOGS_SHOWN]
+    ]
+    if waited is not None:
+        lines.append(f"the run waited for a CPU {now.tree_wait_pct:.0f} % of the time (baseline {before.tree_wait_pct:.0f} %)")
+    lines.append(f"outside the run: {now.outside_cpu_pct:.0f} % CPU in all (baseline {before.outside_cpu_pct:.0f} %)")
+    lines.append(f"the run's own CPU: {now.tree_cpu_pct:.0f} % (baseline {before.tree_cpu_pct:.0f} %)")
     return lines + ([psi] if psi else [])
 
 

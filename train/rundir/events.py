@@ -21,8 +21,10 @@ from typing import Any, Dict, List, Optional
 #: give_up: the restart budget is spent, the same stall came back, or the child is misconfigured; device: the
 #: child's first beat that carries ``device`` (the device it found and what it decided for it), once per attempt;
 #: supervisor_hung: ``health --act`` found the supervisor itself hung and ended it (written by the health check,
-#: :mod:`trainbox.supervise.watchdog`).
-EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung")
+#: :mod:`trainbox.supervise.watchdog`); slow: the run keeps beating but has become much slower than its own pace
+#: (``rate``, ``baseline_rate``, ``ratio``, ``since_ts``, ``suspect``, ``evidence``); recovered: it is back at its
+#: pace (:mod:`trainbox.supervise.pace_watch`).
+EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung", "slow", "recovered")
 
 
 class Cause(str, Enum):

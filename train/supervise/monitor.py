@@ -3,9 +3,11 @@
 :meth:`Monitor.run` starts an :class:`~trainbox.supervise.attempt.Attempt` and polls it every ``POLL_S`` at most:
 the beats that made progress (every rank's, under torchrun) go to the progress log and end the silence being
 judged; the silence of the slowest rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (keep
-watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall` handles); state.json is kept
-fresh for ``health``. What it returns is the attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens
-next is the supervisor's and the policy's business, not the monitor's.
+watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall` handles); the pace of the beats
+is the :class:`~trainbox.supervise.pace_watch.PaceWatch`'s (a run that became slow, and with ``--on-slow restart``
+an attempt ended for it); state.json is kept fresh for ``health``. What it returns is the attempt's
+:class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the policy's business, not
+the monitor's.
 
 The supervisor's loop runs attempts through this one class, which is why an in-process test can put a stand-in
 in its place (``tests/supervise/test_loop.py``) and script whole runs in milliseconds.
@@ -24,6 +26,7 @@ from trainbox.rundir.state import State
 from trainbox.supervise import ranks, stall
 from trainbox.supervise.attempt import Attempt, CannotStart
 from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.pace_watch import PaceWatch, SlowRestart
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome, OutcomeKind
 from trainbox.supervise.record import Record
@@ -47,6 +50,7 @@ class Monitor:
         session: int,
         hangs: int = 0,
         echo: bool = True,
+        pace: Optional[PaceWatch] = None,
     ) -> None:
         self.record = record
         self.settings = settings
@@ -55,12 +59,17 @@ class Monitor:
         self.hangs = hangs
         self.echo = echo
         self.progress = ProgressLog(record.run_dir.progress)
+        self.pace = pace or PaceWatch(record, settings)
 
     def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         """Start attempt ``number`` and watch it to its end; its outcome (a crash recorded as one)."""
         try:
             with Attempt(number, launch, policy, self.record, self.settings.grace_s, self.echo) as attempt:
-                outcome = self._watch(attempt)
+                self.pace.begin(number, launch, time.time())
+                try:
+                    outcome = self._watch(attempt)
+                finally:
+                    self.pace.finish(time.time())
                 tail = attempt.tee
         except CannotStart as exc:
             return self._not_started(number, launch, str(exc))
@@ -97,6 +106,7 @@ class Monitor:
             stall_timeout_s=launch.stall_timeout,
             idle_timeout_s=launch.idle_timeout,
             compile_cap_s=launch.compile_cap,
+            slow_ratio=launch.slow_ratio,
         )
         self.record.set_state(
             State.STARTING, attempt=attempt.number, profile=launch.profile, child_pid=attempt.proc.pid, launched_ts=time.time()
@@ -121,7 +131,10 @@ class Monitor:
             stalled = self._judge_silence(attempt, outcome, lagging)
             if stalled is not None:
                 return stalled
-            attempt.tree.scan()
+            tree = [process.pid for process in attempt.tree.scan()]
+            slow = self.pace.poll(tree, attempt.proc.pid, time.time())
+            if slow is not None:
+                return self._slow_restart(attempt, outcome, slow)
             self.record.publish(
                 # the budget in force: extended while a compile shows progress
                 budget={"name": lagging.budget.name, "seconds": attempt.watch.budget_s(lagging.budget)},
@@ -139,6 +152,19 @@ class Monitor:
         outcome.kind = OutcomeKind.STOPPED
         return outcome
 
+    def _slow_restart(self, attempt: Attempt, outcome: Outcome, slow: SlowRestart) -> Outcome:
+        """``--on-slow restart``: end the slow attempt's tree; the supervisor restarts it (it resumes from its checkpoint)."""
+        self.record.set_state(State.SLOW)
+        say(
+            f"attempt {attempt.number} has been slow for {slow.slow_s:.0f} s, suspect {slow.suspect} inside the run "
+            f"({slow.evidence[0]}): ending it to restart (--on-slow restart)"
+        )
+        pids = [process.pid for process in attempt.tree.scan()]
+        attempt.end_tree()
+        outcome.kind = OutcomeKind.SLOW
+        outcome.detail.update(suspect=slow.suspect, evidence=list(slow.evidence), slow_s=slow.slow_s, pids=pids)
+        return outcome
+
     def _progress(self, attempt: Attempt, outcome: Outcome, now: float) -> bool:
         """Take in the beats that made progress since the last look; whether there were any."""
         progressed = attempt.beats.poll(now)  # the beats that made progress: every rank's, under torchrun
@@ -146,6 +172,7 @@ class Monitor:
         faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
         for progress in progressed:
             self.progress.observe(attempt.number, progress.previous, progress.silent_s, progress.budget, progress.record)
+            self.pace.observe(progress.record, time.time())
         if not progressed:
             return False
         attempt.watch.beat()
@@ -172,6 +199,7 @@ class Monitor:
             say(f"attempt {attempt.number} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
         if call.action is not Action.STALL or attempt.watch.reported:
             return None
+        self.pace.stalled()
         outcome.last_beat = lagging.beat or outcome.last_beat  # the stall is about the silent rank's last beat
         if self.settings.on_stall == "report":  # observe mode: one report per silence, nothing killed
             attempt.watch.reported = True

@@ -107,8 +107,8 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 DEFAULT_SLOW_RATIO = 1.3
 #: ``--slow-ratio``'s help, for the settings table.
 SLOW_RATIO_HELP = (
-    "call the run slow when its steps take this many times as long as its own steady pace "
-    "(1.3: 30 %% longer, a step rate at or below 1/1.3 = 0.77x of the baseline); > 1"
+    "call the run slow when its steps take this many times as long as at its own steady pace "
+    "(1.3: 30 percent longer, a step rate at or below 1/1.3 = 0.77x of it)"
 )
 
 #: A block pools at least this many seconds of steps: five of the heartbeat's one-second writes, enough to average
@@ -342,6 +342,11 @@ class PaceDetector:
             return None
         return self._advance(segment, ts, position)
 
+    def retune(self, slow_ratio: float) -> None:
+        """Judge from now on with ``slow_ratio`` (a new rung's own ``--slow-ratio``; its pace is learned afresh)."""
+        self.slow_ratio = check_slow_ratio(slow_ratio)
+        self.shift = math.log(self.slow_ratio)
+
     def stalled(self) -> None:
         """The silence that is going on was judged a stall: the interval it ends is no measure of the pace."""
         self.segment = None
@@ -358,6 +363,15 @@ class PaceDetector:
     def current(self) -> Optional[Dict[str, Any]]:
         """The open episode's ``slow`` event (for ``status``), or None while at pace."""
         return dict(self.slow_event) if self.slow_event is not None else None
+
+    @property
+    def steady(self) -> bool:
+        """At pace: a warmed-up stretch is being measured against a known baseline, and no episode is open."""
+        segment = self.segment
+        if segment is None or self.slow_event is not None or not segment.warm(segment.ts, segment.position):
+            return False
+        baseline = self.baselines.get(segment.key)
+        return baseline is not None and baseline.ready
 
     def slow_seconds(self, now: float) -> float:
         """Seconds spent slow so far: closed episodes, and the open one up to ``now``."""

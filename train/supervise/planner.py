@@ -5,7 +5,8 @@ A :class:`Launch` is one attempt's command with its budgets, checked on creation
 (:func:`trainbox.supervise.policy.retry_for`, with the streak of stalls of that cause on this rung) and asks
 :meth:`Planner.move` what the retry means for the next launch. The base class repeats the same command (what
 ``trainbox supervise`` does); :class:`trainbox.yolo.ladder.ProfileLadder` overrides only the move, stepping down
-its profiles. A crash keeps the current launch: a crash is the program's own verdict, not the settings'.
+its profiles. A crash keeps the current launch: a crash is the program's own verdict, not the settings'. So does a
+restart for slowness (``--on-slow restart``): what it cures, a leak or a loader gone wrong, the restart itself cures.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 from trainbox.rundir.events import Retry
 from trainbox.supervise.policy import CauseStreak, Outcome, OutcomeKind, hint, retry_for
-from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS
+from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS, SLOW_RATIO
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)
     idle_timeout: float = IDLE_TIMEOUT.number
     compile_cap: float = COMPILE_CAP.number
+    slow_ratio: float = SLOW_RATIO.number
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -66,6 +68,9 @@ class Planner:
 
     def after(self, outcome: Outcome) -> Next:
         """The attempt after one that ended as ``outcome`` (a stall or a crash)."""
+        if outcome.kind is OutcomeKind.SLOW:
+            suspect = outcome.detail.get("suspect") or "unknown"
+            return Next(self.current(), reason=f"slow ({suspect}): {self.describe()} again, from its last checkpoint")
         if outcome.kind is not OutcomeKind.STALLED:
             return Next(self.current(), reason=f"crash: {self.describe()} again")
         cause = outcome.detail.get("cause") or "unknown"

@@ -49,6 +49,7 @@ class OutcomeKind(str, Enum):
     EXITED = "exited"  # the child exited by itself, with ``Outcome.code``
     STALLED = "stalled"  # a budget ran out; the supervisor wrote an incident and killed the tree
     STOPPED = "stopped"  # the supervisor was told to stop (SIGTERM/SIGINT) and stopped the tree
+    SLOW = "slow"  # slow for --slow-restart-after with a suspect inside the run: --on-slow restart ended it
 
 
 @dataclass

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterator, Optional, Tuple, Union
 
+from trainbox.supervise import pace
+
 Number = Union[int, float]
 #: What a setting holds: a number, or one of its ``choices``.
 Value = Union[int, float, str]
@@ -158,6 +160,33 @@ ON_STALL = Setting(
     "restart: kill the stalled tree and restart; report: write the incident and a stall event, kill nothing",
     choices=("restart", "report"),
 )
+#: A run slower than its own pace: see trainbox.supervise.pace (the detector) and trainbox.supervise.pace_watch.
+SLOW_RATIO = Setting(
+    "slow_ratio",
+    "--slow-ratio",
+    pace.DEFAULT_SLOW_RATIO,
+    pace.SLOW_RATIO_HELP,
+    1,
+    above=True,
+    profile_supplies=True,
+)
+ON_SLOW = Setting(
+    "on_slow",
+    "--on-slow",
+    "report",
+    "report: record a slowdown (slow and recovered events) and act on nothing; restart: also restart an attempt "
+    "whose slowdown lies inside the run (memory it grew, its data loader) once it lasted --slow-restart-after",
+    choices=("report", "restart"),
+)
+#: Ten minutes: a fail-slow that lasts that long is no passing hiccup (Falcon's lasted tens of seconds to hours), and
+#: a mid-epoch checkpoint every 300 s (the profiles' default) loses at most half of that to the restart.
+SLOW_RESTART_AFTER = Setting(
+    "slow_restart_after_s",
+    "--slow-restart-after",
+    600.0,
+    "seconds an attempt must have been slow, for a suspect inside the run, before --on-slow restart restarts it",
+    0,
+)
 
 #: Every supervisor setting, in the order ``--help`` lists them.
 SETTINGS = (
@@ -174,9 +203,13 @@ SETTINGS = (
     IDLE_TIMEOUT,
     COMPILE_CAP,
     ON_STALL,
+    SLOW_RATIO,
+    ON_SLOW,
+    SLOW_RESTART_AFTER,
 )
-#: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
-LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
+#: The budgets and the slow ratio belong to each attempt's ``Launch`` (a profile may change them); the rest to the
+#: supervisor.
+LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP, SLOW_RATIO)
 
 
 def supervisor_settings() -> Iterator[Setting]:
@@ -201,6 +234,8 @@ class SupervisorSettings:
     learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
     on_stall: str = str(ON_STALL.default)
     hung_after_s: float = HUNG_AFTER.number
+    on_slow: str = str(ON_SLOW.default)
+    slow_restart_after_s: float = SLOW_RESTART_AFTER.number
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():

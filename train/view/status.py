@@ -21,6 +21,7 @@ from trainbox.errors import UserError
 from trainbox.rundir import state as state_file
 from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
+from trainbox.view import slow
 
 
 @dataclass
@@ -142,6 +143,17 @@ def deadline_verdict(deadline: datetime.datetime, finish_ts: Optional[float], fi
     return f"{deadline:%Y-%m-%d %H:%M}: {'finished' if finished else 'expected finish'} {finish:%H:%M}, {verdict}"
 
 
+def _slow_lines(progress: Progress, now: float) -> List[str]:
+    """The slowdown under way, and the time spent slow so far (nothing for a run that never was)."""
+    found = slow.periods(progress.events)
+    if not found:
+        return []
+    going = found[-1] if found[-1].ended_ts is None else None
+    lines = [f"pace      {going.line()}; {going.evidence[0] if going.evidence else 'no evidence'}"] if going else []
+    lines.append(f"pace      slow for {duration(slow.total_s(found, now))} in {len(found)} episode(s)")
+    return lines
+
+
 def render(
     run_dir: Path,
     progress: Progress,
@@ -175,6 +187,7 @@ def render(
     stall = progress.last_stall()
     if stall:
         lines.append(f"stall     {stall}")
+    lines += _slow_lines(progress, now)
     if health:
         lines.append(f"health    {health}")
     checkpoint = progress.checkpoint_mtime
