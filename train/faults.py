@@ -16,9 +16,10 @@ supervisors of the run hung in a row before this one), so that
 The compile faults run for ``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
 
 Two faults slow a run down instead of stopping it (fail-slow, :mod:`trainbox.supervise.pace_watch`): ``slow``
-stretches the time between two hits of its site in this process ``TRAIN_FAULT_FACTOR`` times (default 3: steps
-that took 0.1 s take 0.3 s, whatever the step rate; ``slow@getitem`` does it to a DataLoader's ``__getitem__`` in
-each worker), and ``leak`` keeps ``TRAIN_FAULT_MB`` more MiB (default 32) of memory at each hit, touched so that
+stretches ``TRAIN_FAULT_FACTOR`` times (default 3) what its site says its work took (context ``took``, seconds:
+``slow@getitem`` makes each item of a DataLoader's ``__getitem__`` that much slower, in each worker), or else the
+time since its previous hit in this process (``slow@step``: steps that took 0.1 s take 0.3 s, whatever the step
+rate), and ``leak`` keeps ``TRAIN_FAULT_MB`` more MiB (default 32) of memory at each hit, touched so that
 it is resident, which a memory limit turns into a slowdown (``leak@step,step>=100,step<120``: 640 MiB).
 
 Each hang runs in a function whose name says what it is, so tests can find
@@ -187,11 +188,17 @@ _last_slow: List[float] = []
 _leaked: List[bytearray] = []
 
 
+#: The context of the fault firing now (what its site reported).
+_firing: Dict[str, object] = {}
+
+
 def slow_down() -> None:
-    """Stretch the time since this fault's last hit in this process to TRAIN_FAULT_FACTOR times as long."""
+    """Stretch what the site's work took (its ``took``), or else the time since this fault's last hit in this
+    process, to TRAIN_FAULT_FACTOR times as long."""
     now = time.monotonic()
-    if _last_slow:
-        time.sleep(max(0.0, (float(os.environ.get(FACTOR_ENV, "3")) - 1.0) * (now - _last_slow[0])))
+    took = _firing.get("took")
+    span = float(took) if isinstance(took, (int, float)) else (now - _last_slow[0] if _last_slow else 0.0)
+    time.sleep(max(0.0, (float(os.environ.get(FACTOR_ENV, "3")) - 1.0) * span))
     _last_slow[:] = [time.monotonic()]
 
 
@@ -311,6 +318,8 @@ def point(site: str, **context: object) -> None:
     context.setdefault("rank", os.environ.get("RANK"))
     for fault in armed():
         if fault.matches(site, context):
+            _firing.clear()
+            _firing.update(context)
             KINDS[fault.kind]()
 
 
@@ -371,8 +380,9 @@ def _loader(steps: int, workers: int, item_s: float) -> Iterable[object]:
             return steps * LOADER_BATCH
 
         def __getitem__(self, index: int) -> int:
+            started = time.monotonic()
             time.sleep(item_s)
-            point("getitem", index=index)
+            point("getitem", index=index, took=time.monotonic() - started)
             return index
 
     return torch.utils.data.DataLoader(Items(), batch_size=LOADER_BATCH, num_workers=workers, persistent_workers=workers > 0)
@@ -410,7 +420,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     S seconds of CPU per step; ``--dataset-mb N`` reads every page of a
     memory-mapped N MiB file per step; ``--loader-workers N`` takes each step's
     batch from a torch DataLoader with N workers (0: in this process) whose
-    ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index``).
+    ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index`` and ``took``).
     """
     from trainbox import heartbeat
 

@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+import pytest
+
 from trainbox.diagnose import conditions
 from trainbox.diagnose.conditions import ConditionsProbe, GpuReader
+from trainbox.diagnose.slowness import explain
 from trainbox.system.gpu_clocks import GpuClocks, Reading
 from trainbox.system.pressure import Process, Snapshot
 
@@ -106,3 +109,53 @@ def test_a_real_reading_of_a_real_process() -> None:
     assert found.loader_wait == 0.0  # py-spy saw the main thread, in time.sleep: never in a DataLoader
     assert found.workers == frozenset()
     assert probe.spent_s > 0 and os.getpid() not in {p.pid for p in found.pressure.outside}
+
+
+CLOCKS = FIXTURES / "smi" / "clocks"
+
+
+def _tool(directory: Path, name: str, first: str, then: Path) -> None:
+    """A fake ``name`` on PATH: ``first`` on its first call (the pace), the recorded ``then`` ever after."""
+    script = directory / name
+    script.write_text(
+        f"#!/bin/sh\nif [ -e {directory}/{name}.seen ]; then cat {then}; else touch {directory}/{name}.seen; {first}; fi\n"
+    )
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("tool", "first", "then", "evidence"),
+    [
+        (
+            "nvidia-smi",
+            f"sed -n 15p {CLOCKS / 'h100-recorded.txt'}",  # the real H100, busy at its power cap
+            CLOCKS / "h100-thermal.csv",
+            "GPU 0 at 91 °C, clocks 645 of 1980 MHz, HW_SLOWDOWN, SW_THERMAL_SLOWDOWN, HW_THERMAL_SLOWDOWN"
+            " (baseline 1365 MHz at 68 °C)",
+        ),
+        (
+            "rocm-smi",
+            f"cat {CLOCKS / 'rocm-gfx1010-steady.txt'}",
+            CLOCKS / "rocm-gfx1010-hot.txt",
+            "GPU 0 at 94 °C, clocks 1180 of 1905 MHz (baseline 1905 MHz at 71 °C)",
+        ),
+    ],
+)
+def test_a_throttling_gpu_read_from_its_tool_is_thermal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str, first: str, then: Path, evidence: str
+) -> None:
+    """The recorded tool output, through the reader and a reading at pace and one now, to the suspect."""
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/bin{os.pathsep}/usr/bin")
+    _tool(tmp_path, tool, first, then)
+    clock = Clock()
+    probe = ConditionsProbe(GpuReader(), lambda pid: None, fake_take(clock), clock)
+    readings = []
+    for _ in range(2):
+        probe.begin([7], 7, 7, loader=False, wall=clock.now)
+        clock.now += conditions.PRESSURE_INTERVAL_S
+        done = probe.step([7], 7)
+        assert done is not None
+        readings.append(done[1])
+    found = explain(*readings)
+    assert found.suspect == "thermal" and not found.inside
+    assert found.evidence[0] == evidence
