@@ -346,11 +346,16 @@ class StepWork:
             while time.process_time() < until:  # CPU seconds: a step that other processes' CPU slows down
                 pass
         if self.pages is not None:
-            sum(self.pages[at] for at in range(0, len(self.pages), 4096))
+            sum(self.pages[at] for at in range(0, len(self.pages), DATASET_STRIDE))
 
     def pause(self) -> float:
         """The sleep after a step: ``--interval``, spread over +-``--jitter`` of it."""
         return self.args.interval * (1.0 + self.random.uniform(-self.args.jitter, self.args.jitter))
+
+
+#: Bytes between two reads of the mapped dataset: a page of it evicted is read back with its readahead window (128 KiB
+#: by default) at the first touch, so the whole file is read in, at a sixteenth of a touch per page's CPU.
+DATASET_STRIDE = 64 * 1024
 
 
 def _mapped_dataset(megabytes: int) -> memoryview:
@@ -417,8 +422,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     For the fail-slow tests (:class:`StepWork`): ``--jitter J`` spreads each
     interval uniformly over +-J of it (seeded by ``--seed``); ``--work S`` burns
-    S seconds of CPU per step; ``--dataset-mb N`` reads every page of a
-    memory-mapped N MiB file per step; ``--loader-workers N`` takes each step's
+    S seconds of CPU per step; ``--dataset-mb N`` reads all of a memory-mapped
+    N MiB file per step (one byte every DATASET_STRIDE: little CPU, and the whole
+    file when it must come back from disk); ``--loader-workers N`` takes each step's
     batch from a torch DataLoader with N workers (0: in this process) whose
     ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index`` and ``took``).
     """

@@ -41,6 +41,17 @@ def test_a_period_opens_at_its_change_and_closes_when_the_pace_is_back_or_the_ru
     assert going is not None and going.suspect == "memory" and going.ended_ts is None
 
 
+def test_an_attempt_ended_by_on_slow_restart_is_ended_by_slow(tmp_path: Path) -> None:
+    events = [
+        {"event": "start", "attempt": 0, "ts": NOW - 600, "profile": "fast"},
+        slow_event(NOW - 300, NOW - 340, suspect="memory", action="restart"),
+        {"event": "restart", "attempt": 1, "ts": NOW - 200, "after": "slow"},
+        {"event": "start", "attempt": 1, "ts": NOW - 198, "profile": "fast"},
+    ]
+    first, second = runview.read(make_run(tmp_path, events), now=NOW).attempts
+    assert (first.ended_by, first.ended_ts) == ("slow", NOW - 200) and second.ended_by == "running"
+
+
 def test_the_line_says_how_much_of_its_pace_the_run_keeps_since_when_and_why() -> None:
     since = datetime.datetime(2026, 11, 24, 14, 2).timestamp()
     (period,) = slow.periods([slow_event(since + 40, since)])

@@ -48,9 +48,9 @@ class Monitor:
         settings: SupervisorSettings,
         stop_signal: Callable[[], Optional[int]],
         session: int,
+        pace: PaceWatch,
         hangs: int = 0,
         echo: bool = True,
-        pace: Optional[PaceWatch] = None,
     ) -> None:
         self.record = record
         self.settings = settings
@@ -59,7 +59,7 @@ class Monitor:
         self.hangs = hangs
         self.echo = echo
         self.progress = ProgressLog(record.run_dir.progress)
-        self.pace = pace or PaceWatch(record, settings)
+        self.pace = pace
 
     def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         """Start attempt ``number`` and watch it to its end; its outcome (a crash recorded as one)."""

@@ -132,7 +132,7 @@ class Supervisor:
     def _monitor(self, record: Record) -> Attempts:
         """The real attempts: child trees, watched. Orphans of those trees (``setsid`` escapees) are ours to reap."""
         proctree.become_subreaper()
-        return Monitor(record, self.settings, lambda: self._stop_signal, self.session, self.hangs, self.spec.echo, self.pace)
+        return Monitor(record, self.settings, lambda: self._stop_signal, self.session, self.pace, self.hangs, self.spec.echo)
 
     def _loop(self) -> int:
         planner = self.spec.planner

@@ -48,7 +48,7 @@ class Attempt:
     started_ts: float
     ended_ts: Optional[float]
     profile: Optional[str]
-    ended_by: str  # "stall", "crash", "exit" or "running"
+    ended_by: str  # "stall", "crash", "exit", "slow" (--on-slow restart) or "running"
 
     @property
     def label(self) -> str:
@@ -171,6 +171,8 @@ class RunView:
                 current, ended_by, ended_ts = event, "running", None
             elif kind in ("stall", "crash", "exit") and current is not None and ended_by == "running":
                 ended_by, ended_ts = str(kind), _number(event.get("killed_ts", event.get("ts")))
+            elif kind == "restart" and event.get("after") == "slow" and current is not None and ended_by == "running":
+                ended_by, ended_ts = "slow", _number(event.get("ts"))  # --on-slow restart ended it
         close()
         return found
 
