@@ -30,6 +30,7 @@ beating child for supervisor tests (see ``main``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -331,6 +332,7 @@ class StepWork:
 
         self.args = args
         self.random = random.Random(args.seed)
+        self.saved = Path(os.environ.get("TRAIN_RUN_DIR", ".")) / "fault-step.json" if args.checkpoint else None
         self.pages: Optional[memoryview] = None
         self.batches: Optional[Iterator[object]] = None
         if args.dataset_mb:
@@ -347,6 +349,21 @@ class StepWork:
                 pass
         if self.pages is not None:
             sum(self.pages[at] for at in range(0, len(self.pages), DATASET_STRIDE))
+
+    def first_step(self) -> int:
+        """With ``--checkpoint``: the step after the one saved by an earlier attempt, else 0."""
+        try:
+            return int(json.loads(self.saved.read_text())["step"]) + 1 if self.saved is not None else 0
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def save_if_asked(self, step: int) -> None:
+        """With ``--checkpoint``: write the step when the supervisor asks for a checkpoint, and say so."""
+        from trainbox import heartbeat
+
+        if self.saved is not None and heartbeat.checkpoint_requested():
+            self.saved.write_text(json.dumps({"step": step}))
+            heartbeat.checkpointed()
 
     def pause(self) -> float:
         """The sleep after a step: ``--interval``, spread over +-``--jitter`` of it."""
@@ -409,6 +426,7 @@ def _arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--dataset-mb", type=int, default=0, help="MiB of a memory-mapped file read per step")
     parser.add_argument("--loader-workers", type=int, default=None, help="take each step's batch from a DataLoader")
     parser.add_argument("--item-s", type=float, default=0.01, help="seconds the DataLoader's __getitem__ takes")
+    parser.add_argument("--checkpoint", action="store_true", help="save the step when asked, resume from it")
     return parser.parse_args(argv)
 
 
@@ -426,7 +444,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     N MiB file per step (one byte every DATASET_STRIDE: little CPU, and the whole
     file when it must come back from disk); ``--loader-workers N`` takes each step's
     batch from a torch DataLoader with N workers (0: in this process) whose
-    ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index`` and ``took``).
+    ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index`` and ``took``);
+    ``--checkpoint`` writes its step when the supervisor asks for a checkpoint
+    (:func:`trainbox.heartbeat.checkpoint_requested`) and resumes after it.
     """
     from trainbox import heartbeat
 
@@ -434,7 +454,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     time.sleep(args.silent_start)
     point("start")
     work = StepWork(args)
-    for step in range(args.steps):
+    for step in range(work.first_step(), args.steps):
         if step == args.slow_step:
             heartbeat.beat(args.slow_phase, step=step, timeout=args.phase_timeout, force=True)
             point("slow", step=step)
@@ -445,6 +465,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.chatter:
             print("." * args.chatter, flush=True)
         point("step", step=step)
+        work.save_if_asked(step)
         time.sleep(work.pause())
     return 0
 

@@ -75,13 +75,16 @@ class Watched:
         self.restarts: List[SlowRestart] = []
         self.watch.begin(0, LAUNCH, self.ts)
 
-    def run(self, seconds: float, rate: Callable[[float], float], **extra: Any) -> None:
+    def run(self, seconds: float, rate: Callable[[float], float], checkpoints: bool = False, **extra: Any) -> None:
+        """``checkpoints``: the child answers a checkpoint request at its next beat (trainbox.heartbeat.checkpointed)."""
         carry = 0.0
         for _ in range(int(seconds)):
             self.ts += 1.0
             carry += rate(self.ts)
             self.step += int(carry)
             carry -= int(carry)
+            if checkpoints and self.record.run_dir.checkpoint_request.exists():
+                extra["checkpoint_ts"] = self.ts
             self.watch.observe({"ts": self.ts, "phase": "train", "step": self.step, "pid": 1, **extra}, self.ts)
             restart = self.watch.poll([1, 2], 1, self.ts)
             if restart is not None:
@@ -141,13 +144,26 @@ def test_a_slowdown_is_flagged_explained_against_the_pace_before_it_and_recovers
 def test_on_slow_restart_restarts_a_leak_once_it_lasted_long_enough_and_sees_it_cured(tmp_path: Path) -> None:
     run = Watched(tmp_path, lambda wall: LEAKED if wall >= START + 300 and run.attempt == 0 else AT_PACE,
                   on_slow="restart", slow_restart_after_s=120.0)  # fmt: skip
-    run.run(700, lambda ts: 5.0 / 3 if run.attempt == 0 and ts >= START + 300 else 5.0)
+    run.run(700, lambda ts: 5.0 / 3 if run.attempt == 0 and ts >= START + 300 else 5.0, checkpoints=True)
     (slow,) = run.events("slow")
     assert slow["suspect"] == "memory" and slow["inside"] and slow["action"] == "restart"
     (restart,) = run.restarts
     assert restart.suspect == "memory" and restart.slow_s >= 120
+    assert restart.checkpoint_s is not None and restart.checkpoint_s <= 2.0  # asked, and written at the next beat
+    assert not run.record.run_dir.checkpoint_request.exists(), "the next attempt starts without a request"
     assert run.events("recovered")[0]["attempt"] == 1  # the restarted attempt is back at the pace
     assert len(run.events("slow")) == 1
+
+
+def test_a_child_that_does_not_checkpoint_on_request_is_restarted_after_the_wait(tmp_path: Path) -> None:
+    run = Watched(tmp_path, lambda wall: LEAKED if wall >= START + 300 and run.attempt == 0 else AT_PACE,
+                  on_slow="restart", slow_restart_after_s=60.0)  # fmt: skip
+    run.run(600, lambda ts: 5.0 / 3 if run.attempt == 0 and ts >= START + 300 else 5.0)
+    (restart,) = run.restarts
+    assert restart.checkpoint_s is None and restart.slow_s >= 60
+    (flagged,) = run.events("slow")
+    restarted = next(e for e in run.events() if e["event"] == "recovered")["slow_since_ts"]
+    assert restarted == flagged["since_ts"]
 
 
 @pytest.mark.parametrize("conditions", [CONTENDED, dataclasses.replace(AT_PACE, tree_cpu_pct=5.0)])

@@ -13,13 +13,14 @@ warm-up and learns the pace from a minute of beats, and the supervisor reads the
 * ``loader``: a torch DataLoader whose ``__getitem__`` becomes 40x slower (``slow@getitem``; its two workers then
   deliver a batch every 0.4 s to a loop that takes one every 0.1 s): named ``loader``;
 * ``memory``: a child in a memory cgroup that leaks 640 MiB into its limit (``leak@step``) and then re-reads its
-  memory-mapped dataset at every step: named ``memory``, restarted by ``--on-slow restart``, and its next attempt
-  (which does not leak) recovers the pace.
+  memory-mapped dataset at every step: named ``memory``, asked for a checkpoint and restarted by ``--on-slow
+  restart``, and its next attempt (which does not leak) resumes from that checkpoint and recovers the pace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -105,7 +106,7 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
             ),
             Scenario(
                 "memory",
-                [*in_cgroup, *faulty_child("--steps", "100000", *steps, "--dataset-mb", "256")],
+                [*in_cgroup, *faulty_child("--steps", "100000", *steps, "--dataset-mb", "256", "--checkpoint")],
                 f"leak@step,attempt=0,step>={CHANGE_STEP},step<{CHANGE_STEP + 20}",
                 options=["--on-slow", "restart", "--slow-restart-after", "10"],
                 enough=_recovered,
@@ -231,7 +232,13 @@ def test_a_leak_into_a_memory_limit_is_restarted_and_the_pace_comes_back(runs: D
     assert slow[0]["suspect"] == "memory" and slow[0]["inside"] and slow[0]["action"] == "restart", slow[0]
     assert "memory cgroup at" in " ".join(slow[0]["evidence"])
     (restart,) = memory.of("restart")
-    assert restart["after"] == "slow" and restart["reason"].startswith("slow (memory)")
+    assert (
+        restart["after"] == "slow"
+        and restart["reason"] == "slow (memory): the same command again, from the checkpoint it wrote on request"
+    )
+    saved = json.loads((memory.run_dir / "fault-step.json").read_text())["step"]
+    assert saved >= CHANGE_STEP + 20  # written at the request, after the leak
+    assert read_samples(RunDir(memory.run_dir).progress)[-1]["step"] > saved, "attempt 1 went on from there"
     (recovered,) = memory.of("recovered")
     assert recovered["attempt"] == 1 and recovered["reason"] == "pace"
     assert os.path.exists(memory.run_dir / "fault-dataset-256.bin")

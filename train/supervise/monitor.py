@@ -155,14 +155,16 @@ class Monitor:
     def _slow_restart(self, attempt: Attempt, outcome: Outcome, slow: SlowRestart) -> Outcome:
         """``--on-slow restart``: end the slow attempt's tree; the supervisor restarts it (it resumes from its checkpoint)."""
         self.record.set_state(State.SLOW)
+        saved = f"its checkpoint written in {slow.checkpoint_s:g} s" if slow.checkpoint_s is not None else "no checkpoint"
         say(
             f"attempt {attempt.number} has been slow for {slow.slow_s:.0f} s, suspect {slow.suspect} inside the run "
-            f"({slow.evidence[0]}): ending it to restart (--on-slow restart)"
+            f"({slow.evidence[0]}), {saved}: ending it to restart (--on-slow restart)"
         )
         pids = [process.pid for process in attempt.tree.scan()]
         attempt.end_tree()
         outcome.kind = OutcomeKind.SLOW
         outcome.detail.update(suspect=slow.suspect, evidence=list(slow.evidence), slow_s=slow.slow_s, pids=pids)
+        outcome.detail.update(checkpoint_s=slow.checkpoint_s)
         return outcome
 
     def _progress(self, attempt: Attempt, outcome: Outcome, now: float) -> bool:

@@ -26,21 +26,27 @@ with its ``suspect`` and ``evidence``; ``recovered`` when the pace is back.
 **Acting on it**, only with ``--on-slow restart``: an attempt that has been slow for ``--slow-restart-after``
 seconds (counted within this attempt) is restarted when its suspect lies inside the run (``memory`` the run grew
 itself, ``loader``). Before acting the conditions are read and explained again, so a slowdown whose cause moved
-outside the run meanwhile is left alone. Never for contention or heat: a restart does not cure those. The
-restart resumes from the last checkpoint: trainbox's mid-epoch checkpoint (every ``midepoch_checkpoint_s``, 300 s
-by default) bounds what it loses.
+outside the run meanwhile is left alone. Never for contention or heat: a restart does not cure those. First the
+watch asks for a checkpoint (``RUN_DIR/checkpoint.request``, which :func:`trainbox.heartbeat.checkpoint_requested`
+reads in the child: trainbox's Ultralytics trainer writes its mid-epoch checkpoint at its next optimizer step) and
+waits up to :data:`CHECKPOINT_WAIT_S` for the beat that says it was written (``checkpoint_ts``); a child that does
+not know the request resumes from its last checkpoint of its own (the mid-epoch one is at most
+``midepoch_checkpoint_s`` old, 300 s by default).
 
 Cost, measured by ``bench/slow.py``: see the README's benchmark table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, Mapping, Optional, Sequence, Tuple
 
+from trainbox.atomic import write_text_atomic
 from trainbox.diagnose.conditions import ConditionsProbe
 from trainbox.diagnose.slowness import Conditions, Explanation, explain
 from trainbox.errors import say
@@ -57,6 +63,9 @@ BASELINE_EVERY_S = 60.0
 LOADER_EVERY_S = 300.0
 #: Baseline readings kept: ten minutes of them, so one from before a slowdown's start is at hand when it is flagged.
 KEPT_BASELINES = 10
+#: How long a checkpoint asked for before a restart may take: the child's next step at its slow pace (a 1 s step at a
+#: tenth of it) and the save itself (yolov8n's mid-epoch checkpoint: 0.2 s; a large model's, tens of seconds).
+CHECKPOINT_WAIT_S = 120.0
 #: An attempt that follows a restart for slowness, while the slowdown is still open, is counted slow only from its
 #: warm-up plus two windows in which the detector would have seen the pace return (a cured run recovers then).
 RECOVERY_GRACE_S = pace.RESTART_WARMUP_S + 2 * pace.MIN_SLOW_S
@@ -101,6 +110,8 @@ class SlowRestart:
     suspect: str
     evidence: Tuple[str, ...]
     slow_s: float
+    #: Seconds the child took to write the checkpoint asked for, None when it wrote none within CHECKPOINT_WAIT_S.
+    checkpoint_s: Optional[float] = None
 
 
 @dataclass
@@ -138,6 +149,8 @@ class PaceWatch:
         self.episodes = 0
         #: What the probe's reading under way is for (BASELINE, EXPLAIN, CONFIRM), None when it reads nothing.
         self.reading: Optional[str] = None
+        #: The restart waiting for its checkpoint: (asked at, unix s; the restart; when the checkpoint came).
+        self.asked: Optional[Tuple[float, SlowRestart, Optional[float]]] = None
 
     # -- what the monitor calls ---------------------------------------------------------------------------------
     def begin(self, number: int, launch: Launch, wall: float) -> None:
@@ -148,6 +161,9 @@ class PaceWatch:
             self.detector.retune(launch.slow_ratio)
         self.detector.restarted()
         self._cancel()
+        self.asked = None
+        with contextlib.suppress(OSError):  # best-effort: a child only answers a request newer than its own start
+            self.record.run_dir.checkpoint_request.unlink(missing_ok=True)
         self.launch, self.attempt, self.began_wall = launch, number, wall
         self.positions, self.lowest_rank = Positions(), None
 
@@ -155,6 +171,9 @@ class PaceWatch:
         """One progress record (a beat that made progress, or an output counter that moved)."""
         if self.detector is None or self.launch is None or not self._followed(record):
             return
+        saved = record.get("checkpoint_ts")
+        if self.asked is not None and isinstance(saved, (int, float)) and saved >= self.asked[0]:
+            self.asked = (self.asked[0], self.asked[1], float(saved))
         position = self.positions.of(record)
         if position is None:
             return
@@ -176,6 +195,8 @@ class PaceWatch:
 
     def poll(self, tree: Sequence[int], root: Optional[int], wall: float) -> Optional[SlowRestart]:
         """Read the conditions a step further; a SlowRestart when ``--on-slow restart`` ends the attempt now."""
+        if self.asked is not None:
+            return self._checkpointed(wall)
         if self.reading is not None:
             done = self.probe.step(tree, root)
             if done is None:
@@ -241,7 +262,28 @@ class PaceWatch:
                 f"({explanation.evidence[0]}), outside the run")  # fmt: skip
             episode.explanation = explanation
             return None
-        return SlowRestart(explanation.suspect, explanation.evidence, round(wall - float(episode.event["since_ts"]), 1))
+        self._ask_checkpoint(
+            SlowRestart(explanation.suspect, explanation.evidence, round(wall - float(episode.event["since_ts"]), 1)), wall
+        )
+        return None
+
+    def _ask_checkpoint(self, restart: SlowRestart, wall: float) -> None:
+        """Ask the child for a checkpoint before the restart (a request it may not know: then it is not waited for long)."""
+        self.asked = (wall, restart, None)
+        try:
+            write_text_atomic(self.record.run_dir.checkpoint_request, json.dumps({"ts": wall, "suspect": restart.suspect}))
+        except OSError:
+            self.asked = (wall, restart, wall)  # no request written (a full disk): nothing to wait for
+        say(f"attempt {self.attempt}: asking for a checkpoint before the restart (up to {CHECKPOINT_WAIT_S:g} s)")
+
+    def _checkpointed(self, wall: float) -> Optional[SlowRestart]:
+        """The restart, once its checkpoint was written or CHECKPOINT_WAIT_S has passed."""
+        assert self.asked is not None
+        asked, restart, saved = self.asked
+        if saved is None and wall - asked < CHECKPOINT_WAIT_S:
+            return None
+        self.asked = None
+        return dataclasses.replace(restart, checkpoint_s=round(max(0.0, saved - asked), 1) if saved is not None else None)
 
     def _baseline(self, since_ts: float) -> Conditions:
         """The newest baseline read before ``since_ts`` (the oldest kept, if none), with the newest loader share

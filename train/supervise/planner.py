@@ -70,7 +70,10 @@ class Planner:
         """The attempt after one that ended as ``outcome`` (a stall or a crash)."""
         if outcome.kind is OutcomeKind.SLOW:
             suspect = outcome.detail.get("suspect") or "unknown"
-            return Next(self.current(), reason=f"slow ({suspect}): {self.describe()} again, from its last checkpoint")
+            saved = (
+                "the checkpoint it wrote on request" if outcome.detail.get("checkpoint_s") is not None else "its last checkpoint"
+            )
+            return Next(self.current(), reason=f"slow ({suspect}): {self.describe()} again, from {saved}")
         if outcome.kind is not OutcomeKind.STALLED:
             return Next(self.current(), reason=f"crash: {self.describe()} again")
         cause = outcome.detail.get("cause") or "unknown"
