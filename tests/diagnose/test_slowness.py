@@ -100,12 +100,14 @@ def test_busy_processes_outside_the_run_are_contention_named_by_pid() -> None:
         outside_cpu_pct=160.0,
         tree_cpu_pct=40.0,
         psi={"cpu": 64.0, "memory": 0.0, "io": 1.0},
+        tree_wait_pct=80.0,
     )
-    found = explain(Conditions(QUIET, loader_wait=0.05), Conditions(now, loader_wait=0.9))
+    found = explain(Conditions(pressure(tree_wait_pct=10.0), loader_wait=0.05), Conditions(now, loader_wait=0.9))
     assert found.suspect == "contention" and not found.inside  # the loader starves because the CPU is taken
-    assert found.evidence[:5] == (
+    assert found.evidence[:6] == (
         "pid 4121 (python) outside the run: 97 % CPU (baseline 0 %)",
         "pid 4130 (ffmpeg) outside the run: 61 % CPU (baseline 0 %)",
+        "the run waited for a CPU 80 % of the time (baseline 10 %)",
         "outside the run: 160 % CPU in all (baseline 12 %)",
         "the run's own CPU: 40 % (baseline 180 %)",
         "cpu pressure (PSI some avg10) 64 % (baseline 8 %)",
@@ -158,6 +160,22 @@ def test_a_cpu_bound_run_that_waits_for_its_cpu_names_the_new_hogs() -> None:
         "pid 4121 (python) outside the run: 140 % CPU (baseline 0 %)",
         "the run waited for a CPU 65 % of the time (baseline 5 %)",
     )
+
+
+def test_another_run_s_thrashing_does_not_make_a_cpu_starved_run_memory_bound() -> None:
+    """Seen in the real-process tests: the machine's memory PSI rose with a neighbour's thrashing, while this run's
+    own run-queue wait went from 39 to 92 %: evidence about the run itself outranks the machine's figures."""
+    before = pressure(tree_wait_pct=39.0, psi={"cpu": 8.0, "memory": 0.0, "io": 1.0})
+    now = dataclasses.replace(HOGGED, tree_wait_pct=92.0, psi={"cpu": 8.0, "memory": 22.0, "io": 1.0})
+    found = explain(Conditions(before), Conditions(now))
+    assert found.suspect == "contention"
+    assert found.evidence[-1] == "memory pressure (PSI some avg10) 22 % (baseline 0 %)"  # said, after the suspect's
+    loader = explain(
+        Conditions(before, loader_wait=0.0), Conditions(dataclasses.replace(now, tree_wait_pct=40.0), loader_wait=1.0)
+    )
+    assert loader.suspect == "loader" and loader.evidence[0].startswith("main thread in the DataLoader")
+    alone = explain(Conditions(before), Conditions(dataclasses.replace(before, psi=now.psi)))
+    assert alone.suspect == "memory" and not alone.inside  # the machine's figures, when nothing about the run fires
 
 
 def test_a_slow_disk_is_io() -> None:

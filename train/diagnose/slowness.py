@@ -9,8 +9,15 @@ of stack samples in which the main thread was in the DataLoader
 (:func:`loader_wait_share`). :func:`explain` compares them and names one
 suspect, with evidence that quotes the numbers.
 
-The rules, in order; the first that fires names the suspect, and every rule
-that fires adds its evidence (the suspect's first):
+The rules, in order. The first that fires on evidence about the run itself
+(its GPU, its memory cgroup or page faults, its wait for a CPU, its stacks and
+workers) names the suspect; only when none does, the first that fires on
+machine-wide figures alone (PSI, swap-in, iowait). On a shared machine one run's
+thrashing raises everyone's memory PSI: in the real-process tests here a run that
+thrashed at its cgroup's limit took the machine's memory PSI from 0 to 22 %, and
+a CPU-starved run beside it, whose own run-queue wait had gone from 39 to 92 %,
+would otherwise have been called memory-bound. Every rule that fires adds its
+evidence, the suspect's first:
 
 1. ``thermal``: a GPU reports a slowdown reason (heat, a hardware slowdown or
    power brake: :data:`trainbox.system.gpu_clocks.SLOWDOWN_REASONS`) that it did
@@ -117,6 +124,13 @@ class Conditions:
     loader_wait: Optional[float] = None
 
 
+class Finding(NamedTuple):
+    """What one rule found: its evidence, and whether any of it is about the run itself rather than the machine."""
+
+    lines: List[str]
+    direct: bool
+
+
 class Explanation(NamedTuple):
     suspect: str
     evidence: Tuple[str, ...]
@@ -186,9 +200,11 @@ def _throttled(gpu: GpuClocks, base: Optional[GpuClocks]) -> bool:
     return gpu.clock_mhz <= (1 - CLOCK_DROP) * base.clock_mhz and gpu.temperature_c >= HOT_C
 
 
-def _thermal(now: Conditions, before: Conditions) -> List[str]:
+def _thermal(now: Conditions, before: Conditions) -> Finding:
     baseline = {gpu.index: gpu for gpu in before.gpus}
-    return [_gpu_line(gpu, baseline.get(gpu.index)) for gpu in now.gpus if _throttled(gpu, baseline.get(gpu.index))]
+    return Finding(
+        [_gpu_line(gpu, baseline.get(gpu.index)) for gpu in now.gpus if _throttled(gpu, baseline.get(gpu.index))], True
+    )
 
 
 def _at_limit(pressure: Pressure) -> bool:
@@ -199,7 +215,7 @@ def _at_limit(pressure: Pressure) -> bool:
     return limit.usage_bytes >= LIMIT_FULL_SHARE * limit.limit_bytes
 
 
-def _memory(now: Pressure, before: Pressure) -> List[str]:
+def _memory(now: Pressure, before: Pressure) -> Finding:
     lines = []
     if _at_limit(now) and not _at_limit(before) and now.memory_limit is not None:
         usage, limit = now.memory_limit.usage_bytes / _MIB, (now.memory_limit.limit_bytes or 0) / _MIB
@@ -208,17 +224,18 @@ def _memory(now: Pressure, before: Pressure) -> List[str]:
             f"the run's memory cgroup at {usage:.0f} of {limit:.0f} MiB, its limit hit {now.limit_hits_per_s:.0f} times/s "
             f"(baseline {then})"
         )
-    rise = _rise(now.swap_in_per_s, before.swap_in_per_s)
-    if rise is not None and rise >= SWAP_IN_RISE_PAGES_S:
-        lines.append(f"swap-in {now.swap_in_per_s:.0f} pages/s (baseline {before.swap_in_per_s:.0f})")
     faults = _rise(now.tree_major_faults_per_s, before.tree_major_faults_per_s)
     if faults is not None and faults >= SWAP_IN_RISE_PAGES_S:
         lines.append(
             f"the run's major page faults {now.tree_major_faults_per_s:.0f}/s (baseline {before.tree_major_faults_per_s:.0f}): "
             "its pages are read back from disk"
         )
+    direct = bool(lines)
+    rise = _rise(now.swap_in_per_s, before.swap_in_per_s)
+    if rise is not None and rise >= SWAP_IN_RISE_PAGES_S:
+        lines.append(f"swap-in {now.swap_in_per_s:.0f} pages/s (baseline {before.swap_in_per_s:.0f})")
     psi = _psi_line("memory", now, before)
-    return lines + ([psi] if psi else [])
+    return Finding(lines + ([psi] if psi else []), direct)
 
 
 def _rss_growth(now: Pressure, before: Pressure) -> Optional[str]:
@@ -240,14 +257,14 @@ def _outside_rises(now: Pressure, before: Pressure) -> List[Tuple[float, Outside
     return sorted(((rise, p) for rise, p in rises if rise > 0), key=lambda item: (-item[0], item[1].pid))
 
 
-def _contention(now: Pressure, before: Pressure) -> List[str]:
+def _contention(now: Pressure, before: Pressure) -> Finding:
     waited = _rise(now.tree_wait_pct, before.tree_wait_pct)
     if waited is not None and waited < RUN_WAIT_RISE_PCT:
-        return []  # the run does not wait for a CPU more than it did: whatever others do, it is not contention
+        return Finding([], False)  # the run does not wait for a CPU more than it did: whatever others do, not contention
     rises = _outside_rises(now, before)
     psi = _psi_line("cpu", now, before)
     if sum(rise for rise, _ in rises) < CONTENTION_RISE_PCT:
-        return [psi] if psi else []
+        return Finding([psi] if psi else [], waited is not None)
     then = {(p.pid, p.started): p.cpu_pct for p in before.outside}
     lines = [
         f"pid {p.pid} ({p.name}) outside the run: {p.cpu_pct:.0f} % CPU (baseline {then.get((p.pid, p.started), 0.0):.0f} %)"
@@ -257,10 +274,10 @@ def _contention(now: Pressure, before: Pressure) -> List[str]:
         lines.append(f"the run waited for a CPU {now.tree_wait_pct:.0f} % of the time (baseline {before.tree_wait_pct:.0f} %)")
     lines.append(f"outside the run: {now.outside_cpu_pct:.0f} % CPU in all (baseline {before.outside_cpu_pct:.0f} %)")
     lines.append(f"the run's own CPU: {now.tree_cpu_pct:.0f} % (baseline {before.tree_cpu_pct:.0f} %)")
-    return lines + ([psi] if psi else [])
+    return Finding(lines + ([psi] if psi else []), waited is not None)
 
 
-def _io(now: Pressure, before: Pressure) -> List[str]:
+def _io(now: Pressure, before: Pressure) -> Finding:
     lines = []
     rise = _rise(now.iowait_pct, before.iowait_pct)
     if rise is not None and rise >= IOWAIT_RISE_PCT:
@@ -270,10 +287,10 @@ def _io(now: Pressure, before: Pressure) -> List[str]:
     if lines and now.tree_read_bytes_per_s is not None and before.tree_read_bytes_per_s is not None:
         reads, base = now.tree_read_bytes_per_s / _MIB, before.tree_read_bytes_per_s / _MIB
         lines.append(f"the run reads {reads:.1f} MiB/s from disk (baseline {base:.1f})")
-    return lines
+    return Finding(lines, False)
 
 
-def _loader(now: Conditions, before: Conditions) -> List[str]:
+def _loader(now: Conditions, before: Conditions) -> Finding:
     lines = []
     rise = _rise(now.loader_wait, before.loader_wait)
     if rise is not None and now.loader_wait is not None and now.loader_wait >= LOADER_WAIT_SHARE and rise >= LOADER_WAIT_RISE:
@@ -284,7 +301,7 @@ def _loader(now: Conditions, before: Conditions) -> List[str]:
     if now.workers is not None and before.workers is not None and len(now.workers) < len(before.workers):
         gone = " ".join(str(pid) for pid in sorted(before.workers - now.workers)[:HOGS_SHOWN])
         lines.append(f"DataLoader workers: {len(now.workers)} now, {len(before.workers)} in the baseline (gone: {gone})")
-    return lines
+    return Finding(lines, True)
 
 
 def _readings(now: Conditions, before: Conditions) -> List[str]:
@@ -301,17 +318,20 @@ def _readings(now: Conditions, before: Conditions) -> List[str]:
 
 def explain(before: Conditions, now: Conditions) -> Explanation:
     """The suspect for a slowdown between the baseline's conditions and now's, with evidence (see the module)."""
-    found: List[Tuple[str, List[str]]] = [("thermal", _thermal(now, before))]
+    found: List[Tuple[str, Finding]] = [("thermal", _thermal(now, before))]
     rss = None
     if now.pressure is not None and before.pressure is not None:
         p, b = now.pressure, before.pressure
         rss = _rss_growth(p, b)
         memory = _memory(p, b)
-        found += [("memory", memory + [rss] if memory and rss else memory), ("contention", _contention(p, b)), ("io", _io(p, b))]
+        memory = Finding(memory.lines + [rss], memory.direct) if memory.lines and rss else memory
+        found += [("memory", memory), ("contention", _contention(p, b)), ("io", _io(p, b))]
     found.append(("loader", _loader(now, before)))
-    fired = [(suspect, lines) for suspect, lines in found if lines]
-    evidence = [line for _, lines in fired for line in lines] or _readings(now, before)
+    fired = [(suspect, finding) for suspect, finding in found if finding.lines]
+    chosen = next((item for item in fired if item[1].direct), fired[0] if fired else None)
+    ordered = ([chosen] if chosen else []) + [item for item in fired if item is not chosen]
+    evidence = [line for _, finding in ordered for line in finding.lines] or _readings(now, before)
     if rss is not None and rss not in evidence:
         evidence.append(rss)  # a growing run is worth saying even when it is not (yet) the cause
-    suspect = fired[0][0] if fired else "unknown"
+    suspect = chosen[0] if chosen else "unknown"
     return Explanation(suspect, tuple(evidence), suspect == "loader" or (suspect == "memory" and rss is not None))

@@ -11,6 +11,7 @@ unknown, and nothing here raises on it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -76,7 +77,7 @@ def _opened(event: Dict[str, Any]) -> Optional[SlowPeriod]:
 
 def _closed(period: SlowPeriod, ts: Optional[float], recovered: bool) -> SlowPeriod:
     ended = max(ts, period.since_ts) if ts is not None else period.flagged_ts
-    return SlowPeriod(**{**period.__dict__, "ended_ts": ended, "recovered": recovered})
+    return dataclasses.replace(period, ended_ts=ended, recovered=recovered)
 
 
 def periods(events: Sequence[Dict[str, Any]]) -> List[SlowPeriod]:
