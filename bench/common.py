@@ -57,10 +57,10 @@ def span(stat: Dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
 
 
 def cli_env(env: Dict[str, str]) -> Dict[str, str]:
-    """This environment, with this checkout's trainbox importable and ``env`` on top (a PYTHONPATH already set, as a
-    work tree's own import root, keeps its place first)."""
-    path = os.pathsep.join(part for part in (os.environ.get("PYTHONPATH"), str(REPO)) if part)
-    return dict(os.environ, PYTHONPATH=path, **env)
+    """This environment, with this checkout's trainbox importable and ``env`` on top (its ``PYTHONPATH`` first, then
+    one already set, as a work tree's own import root, then this checkout)."""
+    paths = (env.get("PYTHONPATH"), os.environ.get("PYTHONPATH"), str(REPO))
+    return {**os.environ, **env, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
 
 
 def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:

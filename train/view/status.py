@@ -3,7 +3,9 @@
 Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls and the last one's cause),
 ``heartbeat.json`` (epoch, batch, throughput; under torchrun the lowest rank's
 ``heartbeats/rank-<rank>.json``) and Ultralytics' ``args.yaml``
-(epochs, batch size); the ETA counts training batches only.
+(epochs, batch size); the ETA counts training batches only. A child that does not beat has
+no heartbeat file: its progress is the counter the supervisor read from its output, which
+``state.json`` carries as ``heartbeat`` (with the ``pattern`` that read it).
 """
 
 from __future__ import annotations
@@ -97,9 +99,11 @@ def read(run_dir: Path) -> Progress:
     except (OSError, yaml.YAMLError):
         pass
     checkpoint = run.last_checkpoint
+    state = state_file.read(run.state)[0] or {}
+    published = state.get("heartbeat")  # the supervisor's last progress: a counter read from the output, if no beat
     return Progress(
-        state=state_file.read(run.state)[0] or {},
-        beat=_lowest_rank_beat(run) or json_object(run.heartbeat),
+        state=state,
+        beat=_lowest_rank_beat(run) or json_object(run.heartbeat) or (published if isinstance(published, dict) else {}),
         events=read_events(run.events),
         epochs=args.get("epochs"),
         batch_size=args.get("batch"),
@@ -154,6 +158,22 @@ def _slow_lines(progress: Progress, now: float) -> List[str]:
     return lines
 
 
+def _number(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _place(beat: Dict[str, Any], progress: Progress) -> str:
+    """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat), or ``step 1200``."""
+    if "epoch" not in beat and "batch" not in beat and "step" in beat:
+        return f"step {beat['step']}"
+    epochs = progress.epochs or beat.get("epochs")
+    per_epoch = progress.batches_per_epoch or _number(beat.get("batches"), 0)
+    return (
+        f"epoch {beat.get('epoch', '?')}{f'/{epochs}' if epochs else ''}, "
+        f"batch {beat.get('batch', '?')}{f'/{per_epoch:.0f}' if per_epoch else ''}"
+    )
+
+
 def render(
     run_dir: Path,
     progress: Progress,
@@ -165,17 +185,14 @@ def render(
     now = time.time() if now is None else now
     beat = progress.beat
     lines = [f"run       {run_dir}"]
-    lines.append(
-        f"state     {progress.state.get('state', 'unknown')}"
-        + (f" (attempt {progress.state['attempt']})" if "attempt" in progress.state else "")
-    )
+    attempt = [f"attempt {progress.state['attempt']}"] if "attempt" in progress.state else []
+    rung = [f"profile {progress.state['profile']}"] if progress.state.get("profile") else []  # a profile or a ladder's rung
+    lines.append(f"state     {progress.state.get('state', 'unknown')}" + (f" ({', '.join(attempt + rung)})" if attempt else ""))
     if beat:
-        epochs = f"/{progress.epochs}" if progress.epochs else ""
-        per_epoch = progress.batches_per_epoch
-        batches = f"/{per_epoch:.0f}" if per_epoch else ""
+        source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
         lines.append(
-            f"progress  epoch {beat.get('epoch', '?')}{epochs}, batch {beat.get('batch', '?')}{batches}, "
-            f"phase {beat.get('phase', '?')}, last beat {duration(now - beat.get('ts', now))} ago"
+            f"progress  {_place(beat, progress)}, phase {beat.get('phase', '?')}, "
+            f"last beat {duration(now - _number(beat.get('ts'), now))} ago{source}"
         )
         if beat.get("imgs_per_s"):
             lines.append(f"speed     {beat['imgs_per_s']} img/s")
