@@ -14,7 +14,10 @@ warm-up and learns the pace from a minute of beats, and the supervisor reads the
   deliver a batch every 0.4 s to a loop that takes one every 0.1 s): named ``loader``;
 * ``memory``: a child in a memory cgroup that leaks 640 MiB into its limit (``leak@step``) and then re-reads its
   memory-mapped dataset at every step: named ``memory``, asked for a checkpoint and restarted by ``--on-slow
-  restart``, and its next attempt (which does not leak) resumes from that checkpoint and recovers the pace.
+  restart``, and its next attempt (which does not leak) resumes from that checkpoint and recovers the pace;
+* ``output``: a plain tqdm loop that never beats (tests/fixtures/output/programs/tqdm_loop.py), its pace read from
+  its bar, whose draws become 3x as far apart from bar step :data:`CHANGE_STEP` (``slow@output``, through
+  tests/fixtures/uninstrumented/sitecustomize.py): flagged within 60 s from the output counters alone.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ HOG_S = 75.0
 MEMORY_LIMIT = 768 * 2**20
 #: No run takes longer than this.
 LIMIT_S = 420.0
+#: The programs of the uninstrumented tests, and the folder that arms the ``output`` fault site in them.
+PROGRAMS = REPO / "tests" / "fixtures" / "output" / "programs"
+ARMS_OUTPUT = REPO / "tests" / "fixtures" / "uninstrumented"
 OPTIONS = ["--stall-timeout", "60", "--startup-timeout", "120"]
 
 
@@ -110,6 +116,12 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
                 f"leak@step,attempt=0,step>={CHANGE_STEP},step<{CHANGE_STEP + 20}",
                 options=["--on-slow", "restart", "--slow-restart-after", "10"],
                 enough=_recovered,
+            ),
+            Scenario(
+                "output",
+                [sys.executable, str(PROGRAMS / "tqdm_loop.py"), "--epochs", "1", "--steps", "1300", "--delay", "0.1"],
+                f"slow@output,lines>={CHANGE_STEP}",  # a draw of the bar starts with \r: bar step N is line end N
+                env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ARMS_OUTPUT), os.environ.get("PYTHONPATH")]))},
             ),
         )
     }
@@ -174,9 +186,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Scenari
         yield found
 
 
-def change_ts(run_dir: Path, step: int) -> float:
-    """When the run reached ``step``, from its progress samples (one every 5 s), interpolated."""
-    samples = [(s["ts"], s["step"]) for s in read_samples(RunDir(run_dir).progress) if isinstance(s.get("step"), int)]
+def change_ts(run_dir: Path, step: int, key: str = "step") -> float:
+    """When the run reached ``step`` (its ``key``), from its progress samples (one every 5 s), interpolated."""
+    samples = [(s["ts"], s[key]) for s in read_samples(RunDir(run_dir).progress) if isinstance(s.get(key), int)]
     for (t0, s0), (t1, s1) in zip(samples, samples[1:]):
         if s0 < step <= s1:
             return t0 + (t1 - t0) * (step - s0) / (s1 - s0)
@@ -242,3 +254,16 @@ def test_a_leak_into_a_memory_limit_is_restarted_and_the_pace_comes_back(runs: D
     (recovered,) = memory.of("recovered")
     assert recovered["attempt"] == 1 and recovered["reason"] == "pace"
     assert os.path.exists(memory.run_dir / "fault-dataset-256.bin")
+
+
+def test_an_uninstrumented_loop_three_times_slower_is_flagged_from_its_output_alone(runs: Dict[str, Scenario]) -> None:
+    output = runs["output"]
+    assert output.code == 0, describe(output)
+    state = json.loads((output.run_dir / "state.json").read_text())
+    assert state["progress_source"] == "output" and state["heartbeat"]["pattern"] == "tqdm", "it never beat"
+    (slow,) = output.of("slow")
+    latency = slow["ts"] - change_ts(output.run_dir, CHANGE_STEP, key="batch")
+    assert latency <= 60.0, (latency, slow)
+    assert 0.2 <= slow["ratio"] <= 0.5 and slow["phase"] == "train", slow
+    assert not output.of("stall") and not output.of("restart")
+    print(f"uninstrumented 3x slowdown flagged {latency:.1f} s after it began; ratio {slow['ratio']}")
