@@ -26,6 +26,7 @@ from trainbox.supervise.settings import (
     ON_STALL,
     PROGRESS_PATTERN,
     SETTINGS,
+    SLOW_RATIO,
     STARTUP_TIMEOUT,
     Setting,
     SupervisorSettings,
@@ -73,7 +74,7 @@ def test_spec_fields_and_defaults_are_the_table() -> None:
     assert fields == {s.field: s.default for s in supervisor_settings()}
     launch_defaults = {f.name: f.default for f in dataclasses.fields(Launch)}
     assert {s.field for s in LAUNCH_SETTINGS} <= set(launch_defaults)
-    for setting in (IDLE_TIMEOUT, COMPILE_CAP):  # the profile keys and Launch take their defaults from the table
+    for setting in (IDLE_TIMEOUT, COMPILE_CAP, SLOW_RATIO):  # the profile keys and Launch take their defaults from the table
         assert launch_defaults[setting.field] == setting.default
         assert Profile.model_fields[setting.field].default == setting.default
         assert not any(setting.field in p.read_text() for p in default_profiles_dir().glob("*.yaml")), "one default"
