@@ -178,6 +178,21 @@ def test_another_run_s_thrashing_does_not_make_a_cpu_starved_run_memory_bound() 
     assert alone.suspect == "memory" and not alone.inside  # the machine's figures, when nothing about the run fires
 
 
+def test_the_machine_s_memory_pressure_is_not_a_run_s_whose_own_pages_stay() -> None:
+    """Seen in the real-process tests: a neighbour thrashing at its cgroup's limit took the machine's memory PSI from
+    0 to 23 %, while the run slowed 3x for another reason entirely and its own major faults stayed at 0."""
+    before = pressure(tree_major_faults_per_s=0.0)
+    now = pressure(tree_major_faults_per_s=0.0, swap_in_per_s=300.0, psi={"cpu": 8.0, "memory": 23.0, "io": 1.0})
+    found = explain(Conditions(before), Conditions(now))
+    assert found.suspect == "unknown" and not found.inside
+    assert found.evidence[-2:] == (
+        "swap-in 300 pages/s (baseline 0)",
+        "memory pressure (PSI some avg10) 23 % (baseline 0 %), not this run's: its major page faults 0/s (baseline 0)",
+    )
+    faulting = explain(Conditions(before), Conditions(dataclasses.replace(now, tree_major_faults_per_s=400.0)))
+    assert faulting.suspect == "memory" and faulting.evidence[0].startswith("the run's major page faults 400/s")
+
+
 def test_a_slow_disk_is_io() -> None:
     now = pressure(iowait_pct=25.0, tree_read_bytes_per_s=2.0 * 2**20)
     found = explain(Conditions(QUIET), Conditions(now))

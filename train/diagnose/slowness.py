@@ -32,7 +32,11 @@ evidence, the suspect's first:
    step: how a run thrashes on a machine without swap, :mod:`trainbox.system.memcg`);
    swap-in rose by :data:`SWAP_IN_RISE_PAGES_S` or more, or the run's own major
    page faults by as many; or memory pressure (PSI) by :data:`PSI_RISE_PCT`. Before contention and I/O, because swapping
-   shows up as both (kswapd's CPU, swap reads).
+   shows up as both (kswapd's CPU, swap reads). Swap-in and PSI are the machine's: where the run's own major page
+   faults are read and did not rise, they are someone else's (a swapped-out page of the run comes back as a major
+   fault of it), said as evidence but no suspect. In the real-process tests a run thrashing at its cgroup's limit
+   took the machine's memory PSI to 23 %, and three runs beside it, slowed by something else entirely, had been
+   called memory-bound for it.
 3. ``contention``: the run waits for a CPU (its main threads' run-queue delay)
    :data:`RUN_WAIT_RISE_PCT` more of the time than in the baseline, and processes
    outside the run take :data:`CONTENTION_RISE_PCT` more CPU than they did then
@@ -129,6 +133,8 @@ class Finding(NamedTuple):
 
     lines: List[str]
     direct: bool
+    #: False: said as evidence, but no suspect (machine-wide figures that the run's own readings clear).
+    fires: bool = True
 
 
 class Explanation(NamedTuple):
@@ -235,7 +241,14 @@ def _memory(now: Pressure, before: Pressure) -> Finding:
     if rise is not None and rise >= SWAP_IN_RISE_PAGES_S:
         lines.append(f"swap-in {now.swap_in_per_s:.0f} pages/s (baseline {before.swap_in_per_s:.0f})")
     psi = _psi_line("memory", now, before)
-    return Finding(lines + ([psi] if psi else []), direct)
+    lines += [psi] if psi else []
+    if lines and not direct and faults is not None:  # the run's own faults are read, and did not rise
+        lines[-1] += (
+            f", not this run's: its major page faults {now.tree_major_faults_per_s:.0f}/s "
+            f"(baseline {before.tree_major_faults_per_s:.0f})"
+        )
+        return Finding(lines, False, fires=False)
+    return Finding(lines, direct)
 
 
 def _rss_growth(now: Pressure, before: Pressure) -> Optional[str]:
@@ -324,13 +337,14 @@ def explain(before: Conditions, now: Conditions) -> Explanation:
         p, b = now.pressure, before.pressure
         rss = _rss_growth(p, b)
         memory = _memory(p, b)
-        memory = Finding(memory.lines + [rss], memory.direct) if memory.lines and rss else memory
+        memory = memory._replace(lines=memory.lines + [rss]) if memory.lines and memory.fires and rss else memory
         found += [("memory", memory), ("contention", _contention(p, b)), ("io", _io(p, b))]
     found.append(("loader", _loader(now, before)))
-    fired = [(suspect, finding) for suspect, finding in found if finding.lines]
+    fired = [(suspect, finding) for suspect, finding in found if finding.lines and finding.fires]
     chosen = next((item for item in fired if item[1].direct), fired[0] if fired else None)
     ordered = ([chosen] if chosen else []) + [item for item in fired if item is not chosen]
     evidence = [line for _, finding in ordered for line in finding.lines] or _readings(now, before)
+    evidence += [line for _, finding in found if not finding.fires for line in finding.lines]
     if rss is not None and rss not in evidence:
         evidence.append(rss)  # a growing run is worth saying even when it is not (yet) the cause
     suspect = chosen[0] if chosen else "unknown"
