@@ -141,6 +141,17 @@ def test_a_slowdown_is_flagged_explained_against_the_pace_before_it_and_recovers
     assert run.restarts == []
 
 
+def test_the_baseline_compared_with_ended_a_block_before_the_change_was_estimated(tmp_path: Path) -> None:
+    """since_ts is the first block found slow: a reading that ended in the block before may have seen the change
+    begin (in the real-process tests, busy processes that started during its 5 s hid themselves as the baseline)."""
+    watch = PaceWatch(Record(RunDir(tmp_path)), SupervisorSettings(), probe=Probe(lambda wall: AT_PACE))
+    early, overlapping = Conditions(AT_PACE, loader_wait=0.1), Conditions(CONTENDED, loader_wait=0.5)
+    watch.baselines.extend([(START + 235.0, START + 240.0, early), (START + 292.0, START + 297.0, overlapping)])
+    assert watch._baseline(START + 300.0) == early
+    assert watch._baseline(START + 302.0) == overlapping
+    assert watch._baseline(START + 100.0) == early, "none old enough: the oldest kept"
+
+
 def test_on_slow_restart_restarts_a_leak_once_it_lasted_long_enough_and_sees_it_cured(tmp_path: Path) -> None:
     run = Watched(tmp_path, lambda wall: LEAKED if wall >= START + 300 and run.attempt == 0 else AT_PACE,
                   on_slow="restart", slow_restart_after_s=120.0)  # fmt: skip

@@ -63,6 +63,11 @@ from trainbox.supervise.settings import SupervisorSettings
 BASELINE_EVERY_S = 60.0
 #: Seconds between two stack samplings of the training process at pace (py-spy briefly pauses the process it dumps).
 LOADER_EVERY_S = 300.0
+#: A baseline reading must have ended this long before a slowdown's ``since_ts`` to be compared with: since_ts is the
+#: start of the first block the detector found slow, so the change itself may lie anywhere in the block before it. A
+#: reading that overlapped the change (in the real-process tests, busy processes that started during its 5 s) shows
+#: part of the cause as the baseline and hides it.
+SINCE_MARGIN_S = pace.BLOCK_S
 #: Baseline readings kept: ten minutes of them, so one from before a slowdown's start is at hand when it is flagged.
 KEPT_BASELINES = 10
 #: How long a checkpoint asked for before a restart may take: the child's next step at its slow pace (a 1 s step at a
@@ -288,12 +293,13 @@ class PaceWatch:
         return dataclasses.replace(restart, checkpoint_s=round(max(0.0, saved - asked), 1) if saved is not None else None)
 
     def _baseline(self, since_ts: float) -> Conditions:
-        """The newest baseline read before ``since_ts`` (the oldest kept, if none), with the newest loader share
-        read before it; empty Conditions when none was read."""
-        before = [entry for entry in self.baselines if entry[1] <= since_ts] or list(self.baselines)[:1]
+        """The newest baseline read SINCE_MARGIN_S before ``since_ts`` (the oldest kept, if none), with the newest
+        loader share read by then; empty Conditions when none was read."""
+        by = since_ts - SINCE_MARGIN_S
+        before = [entry for entry in self.baselines if entry[1] <= by] or list(self.baselines)[:1]
         if not before:
             return Conditions()
-        shares = [c.loader_wait for _, ended, c in self.baselines if ended <= since_ts and c.loader_wait is not None]
+        shares = [c.loader_wait for _, ended, c in self.baselines if ended <= by and c.loader_wait is not None]
         chosen = before[-1][2]
         return dataclasses.replace(chosen, loader_wait=shares[-1] if shares else chosen.loader_wait)
 
