@@ -57,8 +57,9 @@ def span(stat: Dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
 
 
 def cli_env(env: Dict[str, str]) -> Dict[str, str]:
-    """This environment, with this checkout's trainbox importable and ``env`` on top (its ``PYTHONPATH`` first)."""
-    paths = (env.get("PYTHONPATH"), str(REPO), os.environ.get("PYTHONPATH"))
+    """This environment, with this checkout's trainbox importable and ``env`` on top (its ``PYTHONPATH`` first, then
+    one already set, as a work tree's own import root, then this checkout)."""
+    paths = (env.get("PYTHONPATH"), os.environ.get("PYTHONPATH"), str(REPO))
     return {**os.environ, **env, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
 
 

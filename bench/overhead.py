@@ -16,7 +16,6 @@ overhead). Whole-process wall times (startup included) are reported too.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Tuple
 
-from common import REPO, bare_command, epoch_seconds, span, summary, write_results
+from common import REPO, bare_command, cli_env, epoch_seconds, span, summary, write_results
 
 
 def timed(argv: list, env: dict, run: Path) -> Tuple[float, float]:
@@ -40,7 +39,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--imgsz", type=int, default=96)
     args = parser.parse_args()
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = cli_env({})
     bare, supervised, bare_wall, supervised_wall = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "demo"

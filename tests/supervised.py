@@ -191,3 +191,44 @@ def fill(disk: Path) -> Path:
         except OSError:
             pass
     return filler
+
+
+#: Where cgroup v1's memory controller is mounted on most v1 and hybrid hosts, and the unified (v2) hierarchy.
+MEMORY_V1_ROOT, UNIFIED_ROOT = Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")
+
+
+def _memory_v2_root() -> Optional[Path]:
+    """The v2 hierarchy where it holds the memory controller (a pure v2 host), else None."""
+    controllers = UNIFIED_ROOT / "cgroup.controllers"
+    return UNIFIED_ROOT if controllers.exists() and "memory" in controllers.read_text().split() else None
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int) -> Iterator[Path]:
+    """A memory cgroup (root only) with a hard limit and no swap: yields its ``cgroup.procs``.
+
+    cgroup v1's memory controller where it is mounted (this development machine, hybrid), else v2's
+    (``memory.max``, ``memory.swap.max`` 0). A process moved into it that grows past the limit has its page
+    cache reclaimed and reads it back at every step, then is OOM-killed. On exit its processes are killed and the
+    group removed. Fails the test (never skips) where no memory cgroup can be made.
+    """
+    name = f"trainbox-test-{os.getpid()}-{time.monotonic_ns()}"
+    v2 = None if (MEMORY_V1_ROOT / "memory.limit_in_bytes").exists() else _memory_v2_root()
+    group = (v2 or MEMORY_V1_ROOT) / name
+    try:
+        group.mkdir()
+        if v2 is None:
+            (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        else:
+            (group / "memory.max").write_text(str(limit_bytes))
+            (group / "memory.swap.max").write_text("0")
+    except OSError as exc:
+        pytest.fail(f"this test needs root and a memory cgroup (v1 at {MEMORY_V1_ROOT}, or v2 with memory): {exc}")
+    try:
+        yield group / "cgroup.procs"
+    finally:
+        for pid in map(int, (group / "cgroup.procs").read_text().split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 10, "the cgroup's processes to die")
+        group.rmdir()

@@ -1,6 +1,9 @@
-"""trainbox.faults' ``chance=P``: a random hang at a set rate, and the same hangs again for the same seed."""
+"""The fault injector in-process: ``chance=P`` (a random hang at a set rate, the same hangs again for the same
+seed) and the fail-slow kinds and conditions (the hangs are exercised by every supervisor test)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -21,3 +24,44 @@ def test_chance_fires_at_its_rate_and_the_same_steps_for_the_same_seed(monkeypat
     assert fired("sleep@step,chance=5", monkeypatch, seed="1") != hung, "another seed, other steps"
     assert set(fired("sleep@step,chance=5,step>=1000", monkeypatch)) == {s for s in hung if s >= 1000}
     assert fired("sleep@step,chance=0", monkeypatch) == [] and len(fired("sleep@step,chance=100", monkeypatch)) == 2000
+
+
+def test_conditions_take_a_range() -> None:
+    (fault,) = faults.parse("leak@step,attempt=0,step>=3,step<5")
+    assert fault.conditions == (("attempt", "=", 0), ("step", ">=", 3), ("step", "<", 5))
+    assert [fault.matches("step", {"attempt": 0, "step": n}) for n in range(7)] == [False] * 3 + [True] * 2 + [False] * 2
+    assert not fault.matches("step", {"attempt": 1, "step": 4}) and not fault.matches("getitem", {"attempt": 0, "step": 4})
+    with pytest.raises(ValueError, match="KEY<INT"):
+        faults.parse("slow@step,step<x")
+
+
+def _timed(site: str, **context: object) -> float:
+    started = time.monotonic()
+    faults.point(site, **context)
+    return time.monotonic() - started
+
+
+def test_slow_stretches_what_its_site_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.FAULT_ENV, "slow@getitem,index>=10")
+    monkeypatch.setenv(faults.FACTOR_ENV, "5")
+    assert _timed("getitem", index=3, took=0.05) < 0.04  # before its condition holds: untouched
+    assert 0.18 <= _timed("getitem", index=10, took=0.05) < 0.5  # 4 more times the 0.05 s it took
+
+
+def test_slow_without_took_stretches_the_time_between_hits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.FAULT_ENV, "slow@step")
+    monkeypatch.setenv(faults.FACTOR_ENV, "3")
+    monkeypatch.setattr(faults, "_last_slow", [])
+    faults.point("step")
+    time.sleep(0.1)
+    assert 0.18 <= _timed("step") < 0.5  # the 0.1 s since the last hit, twice more
+
+
+def test_leak_keeps_resident_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(faults.FAULT_ENV, "leak@step,step<2")
+    monkeypatch.setenv(faults.LEAK_MB_ENV, "2")
+    monkeypatch.setattr(faults, "_leaked", [])
+    for step in range(4):
+        faults.point("step", step=step)
+    assert [len(block) for block in faults._leaked] == [2 * 2**20] * 2
+    assert all(block[4096 * 7] == 1 for block in faults._leaked)

@@ -121,3 +121,34 @@ def test_garbage_alone_runs_out_the_startup_budget(tmp_path: Path) -> None:
     )
     assert result.code == 1, result.stderr
     assert [e["budget"] for e in result.of("stall")] == ["startup"]
+
+
+CHECKPOINTING = """
+import json, os, sys, time
+from trainbox import heartbeat
+from trainbox.rundir.layout import RunDir
+from pathlib import Path
+request = RunDir(Path(os.environ["TRAIN_RUN_DIR"])).checkpoint_request
+heartbeat.beat("train", step=1, force=True)
+before = heartbeat.checkpoint_requested()
+request.write_text("{}")
+time.sleep(1.05)  # the request is looked for once a second at most
+asked = heartbeat.checkpoint_requested()
+again = heartbeat.checkpoint_requested()  # within the second: not looked at
+heartbeat.checkpointed()
+time.sleep(1.05)
+print(json.dumps([before, asked, again, heartbeat.checkpoint_requested()]))
+"""
+
+
+def test_a_checkpoint_request_is_seen_once_and_answered_with_a_beat(tmp_path: Path) -> None:
+    """The supervisor's request (trainbox.supervise.pace_watch) as a child sees it: a stat a second, answered once."""
+    hb = tmp_path / "heartbeat.json"
+    stale = tmp_path / "checkpoint.request"
+    stale.write_text("{}")  # left by an earlier attempt, before this process: not for it
+    os.utime(stale, (0, 0))
+    env = dict(os.environ, TRAIN_HEARTBEAT_FILE=str(hb), TRAIN_RUN_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", CHECKPOINTING], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [False, True, False, False]
+    record = json.loads(hb.read_text())
+    assert record["step"] == 1 and record["phase"] == "train" and record["checkpoint_ts"] >= stale.stat().st_mtime

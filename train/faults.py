@@ -3,7 +3,7 @@
 A fault is armed through the environment and fires at a named *site* when
 its conditions match the context the site reports::
 
-    TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE ...][;KIND@SITE...]"
+    TRAIN_FAULT="KIND@SITE[,KEY=VALUE|KEY>=VALUE|KEY<VALUE ...][;KIND@SITE...]"
     TRAIN_FAULT="sleep@worker,attempt=0,epoch>=2"
 
 A condition ``chance=P`` fires with probability P percent at each matching call, so
@@ -19,6 +19,13 @@ that is one dictionary lookup. The supervisor's own site is ``supervisor``
 supervisors of the run hung in a row before this one), so that
 ``TRAIN_FAULT="wait@supervisor,hangs=0,epoch>=2"`` hangs only the first one.
 The compile faults run for ``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
+
+Two faults slow a run down instead of stopping it (fail-slow, :mod:`trainbox.supervise.pace_watch`): ``slow``
+stretches ``TRAIN_FAULT_FACTOR`` times (default 3) what its site says its work took (context ``took``, seconds:
+``slow@getitem`` makes each item of a DataLoader's ``__getitem__`` that much slower, in each worker), or else the
+time since its previous hit in this process (``slow@step``: steps that took 0.1 s take 0.3 s, whatever the step
+rate), and ``leak`` keeps ``TRAIN_FAULT_MB`` more MiB (default 32) of memory at each hit, touched so that
+it is resident, which a memory limit turns into a slowdown (``leak@step,step>=100,step<120``: 640 MiB).
 
 A program that has no ``point()`` of its own (``yolo train``, a plain tqdm loop: the uninstrumented commands
 ``trainbox supervise`` reads progress from) gets one site, ``output``: :func:`watch_output`, called at start-up by
@@ -44,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from trainbox.heartbeat import ATTEMPT_ENV
 
@@ -55,6 +62,10 @@ SEED_ENV = "TRAIN_FAULT_SEED"
 CHANCE = "chance"
 #: How long the compile faults work before they let the child go on.
 SECONDS_ENV = "TRAIN_FAULT_SECONDS"
+#: How many times as long the ``slow`` fault makes the time between two hits of its site.
+FACTOR_ENV = "TRAIN_FAULT_FACTOR"
+#: MiB the ``leak`` fault keeps at each hit.
+LEAK_MB_ENV = "TRAIN_FAULT_MB"
 
 
 def _fault_seconds() -> float:
@@ -209,6 +220,34 @@ def compile_into_inductor_cache() -> None:
         kernel += 1
 
 
+#: When the ``slow`` fault's last hit in this process ended (monotonic seconds), None before its first.
+_last_slow: List[float] = []
+#: The memory the ``leak`` fault keeps.
+_leaked: List[bytearray] = []
+
+
+#: The context of the fault firing now (what its site reported).
+_firing: Dict[str, object] = {}
+
+
+def slow_down() -> None:
+    """Stretch what the site's work took (its ``took``), or else the time since this fault's last hit in this
+    process, to TRAIN_FAULT_FACTOR times as long."""
+    now = time.monotonic()
+    took = _firing.get("took")
+    span = float(took) if isinstance(took, (int, float)) else (now - _last_slow[0] if _last_slow else 0.0)
+    time.sleep(max(0.0, (float(os.environ.get(FACTOR_ENV, "3")) - 1.0) * span))
+    _last_slow[:] = [time.monotonic()]
+
+
+def leak_memory() -> None:
+    """Keep TRAIN_FAULT_MB more MiB, every page touched (resident, not just reserved)."""
+    block = bytearray(int(float(os.environ.get(LEAK_MB_ENV, "32")) * 2**20))
+    for at in range(0, len(block), 4096):
+        block[at] = 1
+    _leaked.append(block)
+
+
 def crash() -> None:
     """Exit with status 3, as a training script that hit an error would."""
     sys.stderr.write("trainbox fault: injected crash\n")
@@ -257,6 +296,8 @@ KINDS: Dict[str, Callable[[], None]] = {
     "slowread": hang_in_slow_read,
     "cc": compile_with_cc,
     "cache": compile_into_inductor_cache,
+    "slow": slow_down,
+    "leak": leak_memory,
 }
 
 
@@ -278,7 +319,7 @@ class Fault:
             if value is None:
                 return False
             actual = int(value)  # type: ignore[call-overload]
-            if (op == ">=" and actual < expected) or (op == "=" and actual != expected):
+            if (op == ">=" and actual < expected) or (op == "<" and actual >= expected) or (op == "=" and actual != expected):
                 return False
         return True
 
@@ -300,10 +341,10 @@ def parse(spec: str) -> List[Fault]:
             raise ValueError(f"bad fault {entry!r}: expected KIND@SITE with KIND in {sorted(KINDS)}")
         conditions = []
         for cond in conds:
-            op = ">=" if ">=" in cond else "="
+            op = next(op for op in (">=", "<", "=") if op in cond or op == "=")
             key, _, value = cond.partition(op)
             if not key or not value.lstrip("-").isdigit():
-                raise ValueError(f"bad fault condition {cond!r} in {entry!r}: expected KEY=INT or KEY>=INT")
+                raise ValueError(f"bad fault condition {cond!r} in {entry!r}: expected KEY=INT, KEY>=INT or KEY<INT")
             conditions.append((key.strip(), op, int(value)))
         found.append(Fault(kind, site.strip(), tuple(conditions)))
     return found
@@ -328,6 +369,8 @@ def point(site: str, **context: object) -> None:
     context.setdefault("rank", os.environ.get("RANK"))
     for fault in armed():
         if fault.matches(site, context):
+            _firing.clear()
+            _firing.update(context)
             KINDS[fault.kind]()
 
 
@@ -366,32 +409,98 @@ def watch_output() -> bool:
     return True
 
 
-def _resumed(path: Optional[Path]) -> int:
-    """The step saved in checkpoint file ``path`` (0 without one)."""
-    if path is None or not path.exists():  # not the run directory: the test child's own --checkpoint file
-        return 0
-    return int(path.read_text() or 0)  # not the run directory: the test child's own --checkpoint file
+class StepWork:
+    """What one step of ``main``'s child does besides beating, as its fail-slow and checkpoint options ask (see ``main``)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import random
+
+        self.args = args
+        self.random = random.Random(args.seed)
+        self.pages: Optional[memoryview] = None
+        self.batches: Optional[Iterator[object]] = None
+        if args.dataset_mb:
+            self.pages = _mapped_dataset(args.dataset_mb)
+        if args.loader_workers is not None:
+            self.batches = iter(_loader(args.steps, args.loader_workers, args.item_s))
+
+    def run(self) -> None:
+        if self.batches is not None:
+            next(self.batches)
+        if self.args.work:
+            until = time.process_time() + self.args.work
+            while time.process_time() < until:  # CPU seconds: a step that other processes' CPU slows down
+                pass
+        if self.pages is not None:
+            sum(self.pages[at] for at in range(0, len(self.pages), DATASET_STRIDE))
+
+    def first_step(self) -> int:
+        """With ``--checkpoint FILE``: the step saved there by an earlier attempt (the next one to run), else 0."""
+        path = self.args.checkpoint
+        try:
+            return int(path.read_text()) if path is not None else 0  # not the run directory: the child's --checkpoint
+        except (OSError, ValueError):
+            return 0
+
+    def save_if_due(self, step: int) -> None:
+        """With ``--checkpoint FILE``: after every ``--save-every``-th step, and when the supervisor asks for a
+        checkpoint, save the next step and say so (a beat with ``checkpoint_ts``)."""
+        from trainbox import heartbeat
+        from trainbox.atomic import write_text_atomic
+
+        path, every = self.args.checkpoint, self.args.save_every
+        if path is None:
+            return
+        if (every > 0 and (step + 1) % every == 0) or heartbeat.checkpoint_requested():
+            write_text_atomic(path, str(step + 1), fsync=False)  # not the run directory: the child's --checkpoint
+            heartbeat.checkpointed()
+
+    def pause(self) -> float:
+        """The sleep after a step: ``--interval``, spread over +-``--jitter`` of it."""
+        return self.args.interval * (1.0 + self.random.uniform(-self.args.jitter, self.args.jitter))
 
 
-def _save(path: Path, step: int) -> None:
-    from trainbox.atomic import write_text_atomic
+#: Bytes between two reads of the mapped dataset: a page of it evicted is read back with its readahead window (128 KiB
+#: by default) at the first touch, so the whole file is read in, at a sixteenth of a touch per page's CPU.
+DATASET_STRIDE = 64 * 1024
 
-    write_text_atomic(path, str(step), fsync=False)  # not the run directory: the test child's own --checkpoint file
+
+def _mapped_dataset(megabytes: int) -> memoryview:
+    """A file of ``megabytes`` MiB in the run directory, written by this process (so a memory cgroup it runs in
+    holds its page cache), memory-mapped as a training set often is."""
+    import mmap
+
+    path = Path(os.environ.get("TRAIN_RUN_DIR", ".")) / f"fault-dataset-{megabytes}.bin"
+    if not path.exists() or path.stat().st_size != megabytes * 2**20:
+        with open(path, "wb") as handle:
+            for _ in range(megabytes):
+                handle.write(os.urandom(2**20))
+    with open(path, "rb") as handle:
+        return memoryview(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
+#: Samples in one batch of ``main``'s DataLoader.
+LOADER_BATCH = 4
 
-    ``--phase-timeout`` declares a phase (``--slow-phase``, default ``slow``) of
-    that budget before step ``--slow-step`` (fault site ``slow``) and then stays
-    silent for ``--slow-seconds``. ``--chatter N``
-    prints N more bytes per step (a chatty trainer that fills its output pipe).
-    ``--checkpoint FILE`` makes it resumable: it starts from the step saved there,
-    saves every ``--save-every`` steps and then beats ``checkpoint_ts``; every beat
-    carries ``total_steps`` (``--steps``).
-    """
-    from trainbox import heartbeat
 
+def _loader(steps: int, workers: int, item_s: float) -> Iterable[object]:
+    """A torch DataLoader of ``steps`` batches whose ``__getitem__`` takes ``item_s`` s (fault site ``getitem``)."""
+    import torch.utils.data
+
+    class Items(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return steps * LOADER_BATCH
+
+        def __getitem__(self, index: int) -> int:
+            started = time.monotonic()
+            time.sleep(item_s)
+            point("getitem", index=index, took=time.monotonic() - started)
+            return index
+
+    return torch.utils.data.DataLoader(Items(), batch_size=LOADER_BATCH, num_workers=workers, persistent_workers=workers > 0)
+
+
+def _arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trainbox.faults")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--interval", type=float, default=0.1)
@@ -401,25 +510,56 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--slow-phase", default="slow")
     parser.add_argument("--silent-start", type=float, default=0.0, help="seconds before the first beat")
     parser.add_argument("--chatter", type=int, default=0, help="bytes of extra output per step")
+    parser.add_argument("--jitter", type=float, default=0.0, help="spread of each interval, a share of it (0.3: +-30 %%)")
+    parser.add_argument("--seed", type=int, default=0, help="of the jitter")
+    parser.add_argument("--work", type=float, default=0.0, help="CPU seconds burnt per step")
+    parser.add_argument("--dataset-mb", type=int, default=0, help="MiB of a memory-mapped file read per step")
+    parser.add_argument("--loader-workers", type=int, default=None, help="take each step's batch from a DataLoader")
+    parser.add_argument("--item-s", type=float, default=0.01, help="seconds the DataLoader's __getitem__ takes")
     parser.add_argument("--checkpoint", type=Path, default=None, help="resume from and save to this file")
-    parser.add_argument("--save-every", type=int, default=10, help="steps between two checkpoints")
-    args = parser.parse_args(argv)
+    parser.add_argument("--save-every", type=int, default=0, help="steps between two checkpoints (0: only when asked)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """A child that beats ``--steps`` times, every ``--interval`` s, with fault site ``step``.
+
+    ``--phase-timeout`` declares a phase (``--slow-phase``, default ``slow``) of
+    that budget before step ``--slow-step`` (fault site ``slow``) and then stays
+    silent for ``--slow-seconds``. ``--chatter N``
+    prints N more bytes per step (a chatty trainer that fills its output pipe).
+    Every beat carries ``total_steps`` (``--steps``).
+
+    For the fail-slow tests (:class:`StepWork`): ``--jitter J`` spreads each
+    interval uniformly over +-J of it (seeded by ``--seed``); ``--work S`` burns
+    S seconds of CPU per step; ``--dataset-mb N`` reads all of a memory-mapped
+    N MiB file per step (one byte every DATASET_STRIDE: little CPU, and the whole
+    file when it must come back from disk); ``--loader-workers N`` takes each step's
+    batch from a torch DataLoader with N workers (0: in this process) whose
+    ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index`` and ``took``).
+    ``--checkpoint FILE`` makes it resumable: it starts from the step saved there, and saves (then beats
+    ``checkpoint_ts``) every ``--save-every`` steps and whenever the supervisor asks for a checkpoint
+    (:func:`trainbox.heartbeat.checkpoint_requested`).
+    """
+    from trainbox import heartbeat
+
+    args = _arguments(argv)
     time.sleep(args.silent_start)
     point("start")
-    for step in range(_resumed(args.checkpoint), args.steps):
+    work = StepWork(args)
+    for step in range(work.first_step(), args.steps):
         if step == args.slow_step:
             heartbeat.beat(args.slow_phase, step=step, timeout=args.phase_timeout, force=True)
             point("slow", step=step)
             time.sleep(args.slow_seconds)
+        work.run()
         heartbeat.beat("train", step=step, timeout=None, force=True, total_steps=args.steps)
         print(f"step {step}", flush=True)
         if args.chatter:
             print("." * args.chatter, flush=True)
         point("step", step=step)
-        time.sleep(args.interval)
-        if args.checkpoint is not None and (step + 1) % args.save_every == 0:
-            _save(args.checkpoint, step + 1)
-            heartbeat.beat("train", step=step + 1, force=True, checkpoint_ts=round(time.time(), 3))
+        work.save_if_due(step)
+        time.sleep(work.pause())
     return 0
 
 

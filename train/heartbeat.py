@@ -145,6 +145,35 @@ def beat(
     return _beater.beat(force, phase, timeout, dict(metrics, step=step, epoch=epoch, batch=batch))
 
 
+#: How often :func:`checkpoint_requested` looks at the request file: one ``stat`` a second at most, so it may be
+#: called at every step.
+REQUEST_CHECK_S = 1.0
+#: Since when this process has answered checkpoint requests: one written before it started is not for it.
+_answered = [time.time()]
+_looked = [0.0]
+
+
+def checkpoint_requested() -> bool:
+    """Whether the supervisor asks for a checkpoint now: it is about to restart this attempt because it became slow
+    (``--on-slow restart``) and writes ``RUN_DIR/checkpoint.request`` first. Call it where a checkpoint can be written
+    (after an optimizer step); write one, then :func:`checkpointed`. Looks at the file at most once a second."""
+    run, now = run_dir(), time.monotonic()
+    if run is None or now - _looked[0] < REQUEST_CHECK_S:
+        return False
+    _looked[0] = now
+    try:
+        return run.checkpoint_request.stat().st_mtime > _answered[0]
+    except OSError:
+        return False
+
+
+def checkpointed() -> bool:
+    """Say that a checkpoint was just written: a beat with ``checkpoint_ts``, which the supervisor waits for before it
+    restarts a slow attempt. Returns what :func:`beat` returns."""
+    _answered[0] = time.time()
+    return beat(force=True, checkpoint_ts=round(_answered[0], 3))
+
+
 def read(path: Path) -> Optional[Dict[str, Any]]:
     """The last complete beat in ``path``, typed, or None when absent, refused, over MAX_BEAT_BYTES or not a beat
     ("no new beat"; :func:`trainbox.rundir.records.read_beat`)."""

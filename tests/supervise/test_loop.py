@@ -83,6 +83,14 @@ def stalls(at: str = "phase train, step 4", cause: str = "loader_deadlock") -> S
     return step
 
 
+def slowed(record: Record, number: int, launch: Launch) -> Outcome:
+    """``--on-slow restart`` ended a slow attempt, as the monitor does (trainbox.supervise.pace_watch decided when)."""
+    record.set_state(State.RUNNING)
+    record.set_state(State.SLOW)
+    detail = {"suspect": "memory", "evidence": ["the run's anonymous memory 0.9 GiB, +0.8 GiB"], "slow_s": 640.0}
+    return Outcome(OutcomeKind.SLOW, beats=300, first_beat_ts=time.time(), first_step_ts=time.time(), detail=detail)
+
+
 def stalls_showing_nothing(output_works: bool) -> Step:
     """A stall before any beat or counter; ``output_works``: its output was still coming (a command that ran)."""
 
@@ -173,6 +181,24 @@ def test_a_stall_is_restarted_and_the_run_completes(tmp_path: Path) -> None:
     restart = run.one("restart")
     assert restart["attempt"] == 1 and restart["after"] == "stalled" and restart["retry"] == "same"
     assert {k: run.one("exit")[k] for k in ("restarts", "stalls", "crashes")} == {"restarts": 1, "stalls": 1, "crashes": 0}
+
+
+def test_a_slow_attempt_ended_for_its_slowness_is_restarted_from_its_checkpoint(tmp_path: Path) -> None:
+    run = Run(tmp_path, [slowed, exits(0)])
+    assert run() == ExitCode.OK
+    assert run.names() == ["start", "restart", "start", "exit"]
+    restart = run.one("restart")
+    assert restart["after"] == "slow" and restart["retry"] is None
+    assert restart["reason"] == "slow (memory): the same command again, from its last checkpoint"
+    assert {k: run.one("exit")[k] for k in ("restarts", "stalls", "crashes")} == {"restarts": 1, "stalls": 0, "crashes": 0}
+
+
+def test_slow_restarts_spend_the_restart_budget_and_the_give_up_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0, max_restarts=1)
+    run = Run(tmp_path, [slowed, slowed, exits(0)], settings)
+    assert run() == ExitCode.GAVE_UP
+    assert run.one("give_up")["reason"] == "restart budget spent" and run.state()["state"] == "gave_up"
+    assert "slow for 640 s (memory: the run's anonymous memory 0.9 GiB, +0.8 GiB), restarted" in capsys.readouterr().err
 
 
 def test_the_same_stall_at_the_same_place_gives_up_at_once(tmp_path: Path) -> None:
@@ -404,7 +430,10 @@ def test_every_ending_counts_in_its_exit_event(tmp_path: Path) -> None:
         run = Run(tmp_path / name, steps)
         run()
         (exit_event,) = [record for record in run.events if record["event"] == "exit"]
-        assert {"restarts", "stalls", "crashes", "code", "reason"} <= set(exit_event), (name, exit_event)
+        assert {"restarts", "stalls", "crashes", "code", "reason", "slow_s", "slow_episodes"} <= set(exit_event), (
+            name,
+            exit_event,
+        )
         assert exit_event["code"] == run.code, name
 
 

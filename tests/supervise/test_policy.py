@@ -132,8 +132,9 @@ def test_zero_backoff_restarts_at_once() -> None:
 
 
 def test_outcome_kinds_are_the_words_events_jsonl_uses() -> None:
-    assert [k.value for k in OutcomeKind] == ["exited", "stalled", "stopped", "moved"]
+    assert [k.value for k in OutcomeKind] == ["exited", "stalled", "stopped", "moved", "slow"]
     assert crash(0).crashed and not completed().crashed and not stall(0).crashed
+    assert not Outcome(OutcomeKind.SLOW, beats=40).crashed and Counters().counted(Outcome(OutcomeKind.SLOW)) == Counters()
     assert not Outcome(OutcomeKind.EXITED).crashed, "no exit status yet is not a crash"
     assert Counters().counted(completed()) == Counters() == Counters().counted(stopped())
 
@@ -192,3 +193,13 @@ def test_retry_table_covers_every_cause_and_repeats_its_last_entry() -> None:
     assert retry_for("idle", 0, {"idle": [Retry.SAME]}) is Retry.SAME
     streak = CauseStreak()
     assert [streak.count(c) for c in ("idle", "idle", "gpu_wait", "idle", "idle", "idle")] == [0, 1, 0, 0, 1, 2]
+
+
+def test_a_slow_restart_is_a_restart_that_made_progress() -> None:
+    """``--on-slow restart`` ended an attempt that beat many times: the first delay, and one restart of the budget."""
+    slow = Outcome(OutcomeKind.SLOW, beats=400, detail={"suspect": "memory"})
+    decisions = script([slow, slow, slow], SupervisorSettings(max_restarts=2, backoff_s=2.0, backoff_max_s=60.0))
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.RESTART, Verdict.GAVE_UP]
+    assert delays(decisions) == [2.0, 2.0]
+    assert decisions[-1].reason == "restart budget spent"
+    assert decisions[-1].counters.stalls == decisions[-1].counters.crashes == 0

@@ -25,9 +25,11 @@ from trainbox.supervise.settings import (
     METRICS_TEXTFILE,
     NOTIFY,
     NOTIFY_ON,
+    ON_SLOW,
     ON_STALL,
     PROGRESS_PATTERN,
     SETTINGS,
+    SLOW_RATIO,
     STARTUP_TIMEOUT,
     Setting,
     SupervisorSettings,
@@ -75,7 +77,7 @@ def test_spec_fields_and_defaults_are_the_table() -> None:
     assert fields == {s.field: s.default for s in supervisor_settings()}
     launch_defaults = {f.name: f.default for f in dataclasses.fields(Launch)}
     assert {s.field for s in LAUNCH_SETTINGS} <= set(launch_defaults)
-    for setting in (IDLE_TIMEOUT, COMPILE_CAP):  # the profile keys and Launch take their defaults from the table
+    for setting in (IDLE_TIMEOUT, COMPILE_CAP, SLOW_RATIO):  # the profile keys and Launch take their defaults from the table
         assert launch_defaults[setting.field] == setting.default
         assert Profile.model_fields[setting.field].default == setting.default
         assert not any(setting.field in p.read_text() for p in default_profiles_dir().glob("*.yaml")), "one default"
@@ -89,6 +91,9 @@ def test_a_choice_takes_its_words_and_nothing_else() -> None:
     assert ON_STALL.from_text("report") == "report"
     with pytest.raises(argparse.ArgumentTypeError, match="must be one of restart, report, got 'Report'"):
         ON_STALL.from_text("Report")
+    assert ON_SLOW.default == "report" and SupervisorSettings(on_slow="restart").on_slow == "restart"
+    with pytest.raises(ValueError, match="--on-slow must be one of report, restart, got 'kill'"):
+        SupervisorSettings(on_slow="kill")
 
 
 NUMBERS = [s for s in supervisor_settings() if not s.choices and s.parse is None]
@@ -98,7 +103,7 @@ RUN_TEXTS = (PROGRESS_PATTERN, DEADLINE)
 
 
 def test_every_setting_is_a_number_a_choice_or_text() -> None:
-    assert set(SETTINGS) == set(NUMBERS) | set(LAUNCH_SETTINGS) | {ON_STALL, LADDER_POLICY} | set(TEXTS)
+    assert set(SETTINGS) == set(NUMBERS) | set(LAUNCH_SETTINGS) | {ON_STALL, ON_SLOW, LADDER_POLICY} | set(TEXTS)
     assert all(s.parse is not None and s.metavar for s in TEXTS)
     assert all(s.env for s in TEXTS if s not in RUN_TEXTS), "compose and health get a single text from the environment"
 

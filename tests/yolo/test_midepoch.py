@@ -8,13 +8,16 @@ Every run trains yolov8n.yaml for real on CPU (64 demo images of 64 px, batch
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 import pytest
 
-from tests.supervised import REPO, Finished, survivors, train_cli
+from tests.supervised import REPO, Finished, start_cli, survivors, train_cli, wait_for
 from tests.yolo.conftest import load_checkpoint
+from trainbox import heartbeat
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo.demo_data import write_demo_dataset
 
 ARGS = ("epochs=2", "imgsz=64", "batch=8", "nbs=16", "mosaic=0.0", "plots=False", "device=cpu")
@@ -23,11 +26,13 @@ PROFILES = {
     "mid": "safe.yaml",
     "four": "fast.yaml",
     "zero": "safe.yaml",
+    "asked": "safe.yaml",
 }
 EXTRA = {
     "mid": MID + "startup_fallback: null\n",
     "four": MID + "fallback: zero\n",
     "zero": MID + "startup_fallback: null\n",
+    "asked": "midepoch_checkpoint_s: 0\nstartup_fallback: null\n",  # mid-epoch checkpoints only when asked for
 }
 
 pytestmark = pytest.mark.training  # every test here trains Ultralytics for real
@@ -140,3 +145,21 @@ def test_resume_after_fallback_from_four_workers_to_none(
     epoch, batch = first_resumed_batch(done, attempt=1)
     assert epoch == 0 and batch >= 2
     assert trained(done) == trained(uninterrupted), "the same order with 4 workers, then none"
+
+
+def test_a_checkpoint_asked_for_is_written_at_the_next_optimizer_step(tmp_path: Path, profiles_dir: Path, data: Path) -> None:
+    """What ``--on-slow restart`` asks before it restarts a slow attempt (trainbox.supervise.pace_watch): the trainer,
+    with no mid-epoch cadence of its own, writes its mid-epoch checkpoint and beats ``checkpoint_ts``."""
+    run_dir = tmp_path / "run"
+    args = ["run", "--profile", "asked", "--profiles-dir", str(profiles_dir), "--run-dir", str(run_dir), "--quiet",
+            "--stall-timeout", "15", "--startup-timeout", "180", f"data={data}", *ARGS]  # fmt: skip
+    supervisor = start_cli(args)
+    files = RunDir(run_dir)
+    try:
+        wait_for(lambda: (heartbeat.read(files.heartbeat) or {}).get("step", 0) >= 2, 300, "the second training step")
+        asked = time.time()
+        files.checkpoint_request.write_text("{}")
+        wait_for(lambda: (heartbeat.read(files.heartbeat) or {}).get("checkpoint_ts", 0) >= asked, 120, "the checkpoint")
+    finally:
+        assert supervisor.wait(timeout=600) == 0
+    assert "trainbox: 1 mid-epoch checkpoint(s) written" in files.attempt_log(0).read_text()

@@ -49,6 +49,8 @@ def _write(directory: Path, name: str, text: str) -> Path:
         ("stall_retry:\n  deadlock: [same]\n", "(profile)", "stall_retry: unknown cause 'deadlock'"),
         ("stall_retry:\n  idle: [wait]\n", "stall_retry.idle.0", "'ladder', 'same', 'native' or 'gpu_release'"),
         ("idle_timeout: -1\n", "idle_timeout", "greater than or equal to 0"),
+        ("slow_ratio: 1\n", "slow_ratio", "greater than 1"),
+        ("slow_ratio: .nan\n", "slow_ratio", "finite number"),
     ],
 )
 def test_invalid_profile_names_file_and_field(tmp_path: Path, extra: str, field: str, words: str) -> None:
@@ -176,3 +178,13 @@ def test_cli_reports_profile_errors_in_one_line(tmp_path: Path) -> None:
         assert result.code == 2
         assert result.stderr.count("\n") == 1 and words in result.stderr
         assert not (tmp_path / "run" / "events.jsonl").exists(), "nothing may start on bad input"
+
+
+def test_a_profile_s_slow_ratio_reaches_its_launch_and_the_option_overrides_it(tmp_path: Path) -> None:
+    native = profiles.default_profiles_dir() / "safe-native.yaml"
+    (tmp_path / native.name).write_text(native.read_text())
+    _write(tmp_path, "patient", "slow_ratio: 2.0\n")
+    chain = profiles.fallback_chain(profiles.load("patient", tmp_path), tmp_path)
+    assert ProfileLadder(chain, [], tmp_path).first().slow_ratio == 2.0
+    given = ProfileLadder(chain, [], tmp_path, {"slow_ratio": 1.5}).first()
+    assert given.slow_ratio == 1.5, "--slow-ratio given on the command line wins over the profile's"

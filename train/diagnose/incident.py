@@ -73,7 +73,7 @@ def _py_spy() -> Optional[str]:
     return str(beside) if beside.exists() else None  # not the run directory: py-spy beside Python
 
 
-def _stack_by_py_spy(pid: int) -> Tuple[Optional[str], str]:
+def _stack_by_py_spy(pid: int, timeout: float = PY_SPY_TIMEOUT_S) -> Tuple[Optional[str], str]:
     tool = _py_spy()
     if tool is None:
         return None, "py-spy not installed"
@@ -82,14 +82,21 @@ def _stack_by_py_spy(pid: int) -> Tuple[Optional[str], str]:
             [tool, "dump", "--pid", str(pid)],
             capture_output=True,
             text=True,
-            timeout=PY_SPY_TIMEOUT_S,
+            errors="replace",
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return None, f"py-spy timed out after {PY_SPY_TIMEOUT_S:.0f} s"
+        return None, f"py-spy timed out after {timeout:.0f} s"
     if done.returncode == 0 and "Thread" in done.stdout:
         return done.stdout, "py-spy"
     reason = (done.stderr.strip().splitlines() or ["no output"])[0]
     return None, f"py-spy failed: {reason}"
+
+
+def py_spy_stack(pid: int, timeout: float) -> Optional[str]:
+    """One py-spy dump of ``pid``'s threads, None when py-spy is missing, not allowed, slow or failing: for sampling a
+    running process (:mod:`trainbox.diagnose.conditions`), where a missing sample only leaves a share unknown."""
+    return _stack_by_py_spy(pid, timeout)[0]
 
 
 def read_new_dump(files: RunFiles, path: PathLike, offset: int) -> Optional[str]:

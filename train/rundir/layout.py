@@ -170,6 +170,11 @@ class RunDir(_Layout):
         "[who watches the supervisor](#who-watches-the-supervisor))",
     )
     lock = Entry("supervisor.lock", "locked by the supervisor for its life (holds its pid): one supervisor per directory")
+    checkpoint_request = Entry(
+        "checkpoint.request",
+        "written by the supervisor just before `--on-slow restart` restarts a slow attempt: a child that can checkpoint "
+        "at once does (see [A run that became slow](#a-run-that-became-slow)); removed when the next attempt starts",
+    )
     attempt_log = Numbered("logs/attempt-<n>.log", "the child's output, per attempt")
     rank_error = Numbered(
         "logs/attempt-<n>.torchrun-error.json",

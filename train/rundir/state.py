@@ -38,15 +38,16 @@ class State(str, Enum):
     STARTING | RUNNING --budget spent or idle---> STALLED  (incident written, tree killed; trainbox.supervise.silence)
     STARTING | RUNNING --the same, with --on-stall report--> unchanged (incident written once per silence)
     STALLED --the child exited 0 while its incident was written--> SUCCEEDED
-    CRASHED | STALLED --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
+    RUNNING --slow for --slow-restart-after s, suspect inside the run, --on-slow restart--> SLOW (tree ended)
+    CRASHED | STALLED | SLOW --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
     RUNNING --a checkpoint, and the ladder probes another rung--> BACKOFF (tree ended; trainbox.supervise.ladder_run)
-    CRASHED | STALLED --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
+    CRASHED | STALLED | SLOW --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
     STARTING --the supervisors before this one hung too often--> GAVE_UP
 
-    The arrows out of CRASHED and STALLED are :func:`trainbox.supervise.policy.decide`'s.
+    The arrows out of CRASHED, STALLED and SLOW are :func:`trainbox.supervise.policy.decide`'s.
     STARTING | RUNNING --SIGTERM/SIGINT/SIGHUP to the supervisor--> STOPPING --tree gone--> STOPPED
-    CRASHED | STALLED | BACKOFF --the same signal--> STOPPED
+    CRASHED | STALLED | SLOW | BACKOFF --the same signal--> STOPPED
     any --the run's history cannot be written-----> DISK_FULL
     any --events.jsonl is refused (a link, a FIFO: trainbox.rundir.safe)--> REFUSED
     any --a process survives SIGKILL--------------> STUCK
@@ -56,6 +57,7 @@ class State(str, Enum):
     RUNNING = "running"
     CRASHED = "crashed"
     STALLED = "stalled"
+    SLOW = "slow"
     BACKOFF = "backoff"
     SUCCEEDED = "succeeded"
     GAVE_UP = "gave_up"
@@ -84,9 +86,10 @@ ANYWHERE: FrozenSet[State] = frozenset({State.DISK_FULL, State.REFUSED, State.ST
 #: Every other move the supervisor may make (the class docstring draws them). Staying in a state is always allowed.
 TRANSITIONS: Mapping[State, FrozenSet[State]] = {
     State.STARTING: frozenset({State.RUNNING, State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED, State.GAVE_UP}),
-    State.RUNNING: frozenset({State.CRASHED, State.STALLED, State.STOPPING, State.SUCCEEDED, State.BACKOFF}),
+    State.RUNNING: frozenset({State.CRASHED, State.STALLED, State.SLOW, State.STOPPING, State.SUCCEEDED, State.BACKOFF}),
     State.CRASHED: frozenset({State.BACKOFF, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED}),
     State.STALLED: frozenset({State.BACKOFF, State.GAVE_UP, State.MISCONFIGURED, State.STOPPED, State.SUCCEEDED}),
+    State.SLOW: frozenset({State.BACKOFF, State.GAVE_UP, State.STOPPED, State.SUCCEEDED}),
     State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),
     State.STOPPING: frozenset({State.STOPPED}),
     **{final: frozenset() for final in FINAL_STATES},

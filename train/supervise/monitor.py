@@ -6,7 +6,9 @@ shows: :mod:`trainbox.supervise.progress_source` decides which counts) goes to t
 shows neither is told once how to give progress; the silence of the slowest rank is judged by
 :class:`~trainbox.supervise.silence.SilenceWatch` (a new silence when that rank changes or makes progress, not
 when any other rank does; keep watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall`
-handles); state.json is kept fresh for ``health``. What it returns is the attempt's
+handles); the pace of that progress is the :class:`~trainbox.supervise.pace_watch.PaceWatch`'s (a run that became
+slow, and with ``--on-slow restart`` an attempt ended for it); state.json is kept fresh for ``health``. What it
+returns is the attempt's
 :class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the policy's business, not
 the monitor's.
 
@@ -28,6 +30,7 @@ from trainbox.supervise import ranks, stall
 from trainbox.supervise.attempt import Attempt, CannotStart
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS, with_user_patterns
+from trainbox.supervise.pace_watch import PaceWatch, SlowRestart
 from trainbox.supervise.planner import Launch, Next
 from trainbox.supervise.policy import Outcome, OutcomeKind
 from trainbox.supervise.progress_source import notice_due, output_works
@@ -50,6 +53,7 @@ class Monitor:
         settings: SupervisorSettings,
         stop_signal: Callable[[], Optional[int]],
         session: int,
+        pace: PaceWatch,
         hangs: int = 0,
         echo: bool = True,
         foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
@@ -66,6 +70,7 @@ class Monitor:
         self.hangs = hangs
         self.echo = echo
         self.progress = ProgressLog(record.run_dir.progress)
+        self.pace = pace
         #: The lines each attempt's output is read for: the user's --progress-pattern first (checked already).
         self.patterns = with_user_patterns(settings.progress_patterns)
         #: Whether this run was told that an attempt shows no progress (once per run).
@@ -77,7 +82,11 @@ class Monitor:
             with Attempt(
                 number, launch, policy, self.record, self.settings.grace_s, self.echo, self.patterns, self.foreign_groups
             ) as attempt:
-                outcome = self._watch(attempt)
+                self.pace.begin(number, launch, time.time())
+                try:
+                    outcome = self._watch(attempt)
+                finally:
+                    self.pace.finish(time.time())
                 tail = attempt.tee
         except CannotStart as exc:
             return self._not_started(number, launch, str(exc))
@@ -115,6 +124,7 @@ class Monitor:
             stall_timeout_s=launch.stall_timeout,
             idle_timeout_s=launch.idle_timeout,
             compile_cap_s=launch.compile_cap,
+            slow_ratio=launch.slow_ratio,
         )
         self.record.set_state(
             State.STARTING, attempt=attempt.number, profile=launch.profile, child_pid=attempt.proc.pid, launched_ts=time.time()
@@ -143,7 +153,10 @@ class Monitor:
             if stalled is not None:
                 return stalled
             self._notice(attempt, now)
-            attempt.tree.scan()
+            tree = [process.pid for process in attempt.tree.scan()]
+            slow = self.pace.poll(tree, attempt.proc.pid, time.time())
+            if slow is not None:
+                return self._slow_restart(attempt, outcome, slow)
             self.record.publish(
                 # the budget in force: extended while a compile shows progress
                 budget={"name": lagging.budget.name, "seconds": attempt.watch.budget_s(lagging.budget)},
@@ -160,6 +173,21 @@ class Monitor:
         say(f"signal {self.stop_signal()}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
         attempt.end_tree()
         outcome.kind = OutcomeKind.STOPPED
+        return outcome
+
+    def _slow_restart(self, attempt: Attempt, outcome: Outcome, slow: SlowRestart) -> Outcome:
+        """``--on-slow restart``: end the slow attempt's tree; the supervisor restarts it (it resumes from its checkpoint)."""
+        self.record.set_state(State.SLOW)
+        saved = f"its checkpoint written in {slow.checkpoint_s:g} s" if slow.checkpoint_s is not None else "no checkpoint"
+        say(
+            f"attempt {attempt.number} has been slow for {slow.slow_s:.0f} s, suspect {slow.suspect} inside the run "
+            f"({slow.evidence[0]}), {saved}: ending it to restart (--on-slow restart)"
+        )
+        pids = [process.pid for process in attempt.tree.scan()]
+        attempt.end_tree()
+        outcome.kind = OutcomeKind.SLOW
+        outcome.detail.update(suspect=slow.suspect, evidence=list(slow.evidence), slow_s=slow.slow_s, pids=pids)
+        outcome.detail.update(checkpoint_s=slow.checkpoint_s)
         return outcome
 
     def _notice(self, attempt: Attempt, now: float) -> None:
@@ -192,6 +220,7 @@ class Monitor:
         faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
         for progress in progressed:
             self.progress.observe(attempt.number, progress.previous, progress.silent_s, progress.budget, progress.record)
+            self.pace.observe(progress.record, time.time())
         if not progressed:
             return False, False
         saved = outcome.saw(record, time.time())
@@ -217,6 +246,7 @@ class Monitor:
             say(f"attempt {attempt.number} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
         if call.action is not Action.STALL or attempt.watch.reported:
             return None
+        self.pace.stalled()
         outcome.last_beat = lagging.beat or outcome.last_beat  # the stall is about the silent rank's last beat
         quiet_s = None if attempt.tee.last_output is None else time.monotonic() - attempt.tee.last_output
         outcome.output_works = outcome.beats == 0 and output_works(silent_s, quiet_s)

@@ -8,7 +8,8 @@ A :class:`Launch` is one attempt's command with its budgets, checked on creation
 its profiles, and :class:`trainbox.supervise.command_ladder.CommandLadder` (``supervise --ladder FILE``) its
 rungs; both ask :mod:`trainbox.supervise.ladder_run` (the ladder policy) which rung a ``ladder`` retry and each
 checkpoint (:meth:`Planner.at_checkpoint`: a probe back up) lead to. A crash keeps the current launch: a crash
-is the program's own verdict, not the settings'.
+is the program's own verdict, not the settings'. So does a restart for slowness (``--on-slow restart``): what it
+cures, a leak or a loader gone wrong, the restart itself cures.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from trainbox.rundir.events import Retry
 from trainbox.supervise.policy import CauseStreak, Outcome, OutcomeKind, hint, retry_for
-from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS
+from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT, LAUNCH_SETTINGS, SLOW_RATIO
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=dict)
     idle_timeout: float = IDLE_TIMEOUT.number
     compile_cap: float = COMPILE_CAP.number
+    slow_ratio: float = SLOW_RATIO.number
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -71,6 +73,12 @@ class Planner:
 
     def after(self, outcome: Outcome) -> Next:
         """The attempt after one that ended as ``outcome`` (a stall or a crash)."""
+        if outcome.kind is OutcomeKind.SLOW:
+            suspect = outcome.detail.get("suspect") or "unknown"
+            saved = (
+                "the checkpoint it wrote on request" if outcome.detail.get("checkpoint_s") is not None else "its last checkpoint"
+            )
+            return Next(self.current(), reason=f"slow ({suspect}): {self.describe()} again, from {saved}")
         if outcome.kind is not OutcomeKind.STALLED:
             return Next(self.current(), reason=f"crash: {self.describe()} again")
         cause = outcome.detail.get("cause") or "unknown"

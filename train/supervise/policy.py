@@ -60,6 +60,7 @@ class OutcomeKind(str, Enum):
     STALLED = "stalled"  # a budget ran out; the supervisor wrote an incident and killed the tree
     STOPPED = "stopped"  # the supervisor was told to stop (SIGTERM/SIGINT) and stopped the tree
     MOVED = "moved"  # the ladder policy probed another rung at a checkpoint: the tree was ended to relaunch on it
+    SLOW = "slow"  # slow for --slow-restart-after with a suspect inside the run: --on-slow restart ended it
 
 
 @dataclass

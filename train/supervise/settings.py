@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
-from trainbox.supervise import notify
+from trainbox.supervise import notify, pace
 from trainbox.supervise.output_progress import PATTERN_FLAG, pattern_problem
 
 Number = Union[int, float]
@@ -217,6 +217,33 @@ ON_STALL = Setting(
     "restart: kill the stalled tree and restart; report: write the incident and a stall event, kill nothing",
     choices=("restart", "report"),
 )
+#: A run slower than its own pace: see trainbox.supervise.pace (the detector) and trainbox.supervise.pace_watch.
+SLOW_RATIO = Setting(
+    "slow_ratio",
+    "--slow-ratio",
+    pace.DEFAULT_SLOW_RATIO,
+    pace.SLOW_RATIO_HELP,
+    1,
+    above=True,
+    profile_supplies=True,
+)
+ON_SLOW = Setting(
+    "on_slow",
+    "--on-slow",
+    "report",
+    "report: record a slowdown (slow and recovered events) and act on nothing; restart: also restart an attempt "
+    "whose slowdown lies inside the run (memory it grew, its data loader) once it lasted --slow-restart-after",
+    choices=("report", "restart"),
+)
+#: Ten minutes: a fail-slow that lasts that long is no passing hiccup (Falcon's lasted tens of seconds to hours), and
+#: a mid-epoch checkpoint every 300 s (the profiles' default) loses at most half of that to the restart.
+SLOW_RESTART_AFTER = Setting(
+    "slow_restart_after_s",
+    "--slow-restart-after",
+    600.0,
+    "seconds an attempt must have been slow, for a suspect inside the run, before --on-slow restart restarts it",
+    0,
+)
 
 
 def _pattern(text: str) -> None:
@@ -337,6 +364,9 @@ SETTINGS = (
     IDLE_TIMEOUT,
     COMPILE_CAP,
     ON_STALL,
+    SLOW_RATIO,
+    ON_SLOW,
+    SLOW_RESTART_AFTER,
     NOTIFY,
     NOTIFY_ON,
     METRICS_TEXTFILE,
@@ -344,8 +374,9 @@ SETTINGS = (
     LADDER_POLICY,
     DEADLINE,
 )
-#: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
-LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
+#: The budgets and the slow ratio belong to each attempt's ``Launch`` (a profile may change them); the rest to the
+#: supervisor.
+LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP, SLOW_RATIO)
 
 
 def supervisor_settings() -> Iterator[Setting]:
@@ -370,6 +401,8 @@ class SupervisorSettings:
     learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
     on_stall: str = str(ON_STALL.default)
     hung_after_s: float = HUNG_AFTER.number
+    on_slow: str = str(ON_SLOW.default)
+    slow_restart_after_s: float = SLOW_RESTART_AFTER.number
     notify: str = str(NOTIFY.default)
     notify_on: str = str(NOTIFY_ON.default)
     metrics_textfile: str = str(METRICS_TEXTFILE.default)

@@ -56,6 +56,7 @@ from trainbox.supervise import gpu_release, notify, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.monitor import Monitor
 from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
+from trainbox.supervise.pace_watch import PaceWatch
 from trainbox.supervise.planner import Launch, Next, Planner
 from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind, Retry, Verdict, decide
 from trainbox.supervise.progress_source import Source
@@ -96,6 +97,8 @@ class Supervisor:
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
         self.record = Record(self.run_dir, spec.on_publish)
+        #: The run's pace, kept across attempts (trainbox.supervise.pace_watch): a slowdown outlives a restart.
+        self.pace = PaceWatch(self.record, self.settings)
         #: Names this supervisor's incident reports apart from earlier ones in the same directory.
         self.session = 0
         #: The attempt under way (or the last one), for the events written at the end.
@@ -166,6 +169,7 @@ class Supervisor:
             self.settings,
             self._stop_signal_now,
             self.session,
+            self.pace,
             self.hangs,
             self.spec.echo,
             self._notifier_groups,
@@ -289,7 +293,7 @@ class Supervisor:
         """
         self.record.set_state(state)
         emit = self.record.emit if error is None else self.record.emit_best_effort
-        counts = self.record.counters.published()
+        counts = dict(self.record.counters.published(), **self.pace.summary(time.time()))
         if give_up is not None or state is State.STUCK:
             emit("give_up", self.attempt, reason=give_up or reason, **fields, **counts)
             fields = {}
@@ -310,16 +314,26 @@ class Supervisor:
         )
         return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "supervisor hung", line, give_up="supervisor hung", hangs=self.hangs)
 
+    def _slow_part(self) -> str:
+        """``, slow for 12.5 min in 2 episode(s)`` when the run was ever slower than its own pace, else ''."""
+        slow = self.pace.summary(time.time())
+        if not slow["slow_episodes"]:
+            return ""
+        return f", slow for {slow['slow_s'] / 60:.1f} min in {slow['slow_episodes']} episode(s)"
+
     def _completed_line(self) -> str:
         counts = self.record.counters
-        return f"completed after {self.attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))"
+        return (
+            f"completed after {self.attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es)"
+            f"{self._slow_part()})"
+        )
 
     def _gave_up_line(self, history: List[str], reason: str, last: Outcome) -> str:
         counts = self.record.counters
         line = (
             f"giving up after {self.attempt + 1} attempts and {counts.restarts} restart(s) "
             f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
-            f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
+            f"{counts.crashes} crash(es){self._slow_part()}. In order: " + "; ".join(history) + ". "
             f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )
         if reason == NO_PROGRESS_READ:
@@ -351,6 +365,9 @@ def misconfigured_line(outcome: Outcome) -> str:
 def describe(outcome: Outcome, launch: Launch) -> str:
     """One failed attempt in the give-up message's history."""
     profile = f" with profile {launch.profile}" if launch.profile else ""
+    if outcome.kind is OutcomeKind.SLOW:
+        first = (outcome.detail.get("evidence") or ["no evidence"])[0]
+        return f"slow{profile} for {outcome.detail.get('slow_s', 0):.0f} s ({outcome.detail.get('suspect')}: {first}), restarted"
     if outcome.kind is OutcomeKind.STALLED:
         d: Dict[str, Any] = outcome.detail
         phase = f" in phase {d['phase']!r}" if d.get("phase") else ""

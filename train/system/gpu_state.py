@@ -47,7 +47,9 @@ def _run(argv: Sequence[str], timeout: float) -> Tuple[bool, str]:
     if shutil.which(argv[0]) is None:
         return False, f"{argv[0]}: not installed"
     try:
-        process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        process = subprocess.Popen(
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True
+        )
     except OSError as exc:
         return False, f"{shown}: cannot run ({exc.strerror})"
     try:

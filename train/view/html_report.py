@@ -5,15 +5,17 @@ supervisor saw and did, across every attempt. Five parts, each from
 :mod:`trainbox.view.runview` (the run directory alone):
 
 1. throughput against wall time over all attempts, with the stalls (their
-   silence shaded), restarts, profile changes and checkpoints marked;
+   silence shaded), the periods the run was slower than its own pace (shaded,
+   and listed below the chart with their suspect and evidence), restarts,
+   profile changes and checkpoints marked;
 2. loss and mAP from Ultralytics' ``results.csv``, by epoch, so continuous
    across restarts, with the epochs where an attempt resumed marked;
 3. per phase, the silences actually seen against the budget in force
    (startup, setup, train, val, save ...: whatever phases the child declared);
 4. each incident: cause and evidence (when the supervisor recorded them),
    silent time, time to kill, lost work, and relative links to its files;
-5. a summary: total time, time lost to stalls, restarts, final profile and the
-   deadline verdict; then the history, every event.
+5. a summary: total time, time lost to stalls, time spent slow, restarts, final
+   profile and the deadline verdict; then the history, every event.
 
 Charts are drawn by matplotlib (Agg, through ``Figure`` directly: no pyplot
 state, no display) and embedded as base64 PNG, so the file can be mailed or
@@ -53,7 +55,7 @@ WIDTH_IN, HEIGHT_IN, DPI = 10.0, 3.4, 100
 LOSS_PREFIXES = ("train/", "val/")
 METRIC_PREFIX = "metrics/mAP"
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
-STALL_COLOR, CHECKPOINT_COLOR, RESTART_COLOR = "#d62728", "#2ca02c", "#555555"
+STALL_COLOR, CHECKPOINT_COLOR, RESTART_COLOR, SLOW_COLOR = "#d62728", "#2ca02c", "#555555", "#ff7f0e"
 
 
 # -- the charts ------------------------------------------------------------------
@@ -113,6 +115,9 @@ def timeline_chart(view: RunView) -> str:
     for n, stall in enumerate(view.stalls):
         axes.axvspan(_when(stall.last_progress_ts), _when(stall.killed_ts), color=STALL_COLOR, alpha=0.18, lw=0)
         axes.axvline(_when(stall.detected_ts), color=STALL_COLOR, lw=1.5, label="stall (silence shaded)" if n == 0 else None)
+    for n, period in enumerate(view.slow_periods):
+        label = "slow (below its own pace)" if n == 0 else None
+        axes.axvspan(_when(period.since_ts), _when(period.ended_ts or view.now), color=SLOW_COLOR, alpha=0.15, lw=0, label=label)
     for n, restarted in enumerate(view.attempts[1:]):
         axes.axvline(_when(restarted.started_ts), color=RESTART_COLOR, ls="--", lw=1, label="restart" if n == 0 else None)
     for change in view.profile_changes:
@@ -294,6 +299,31 @@ def _files(view: RunView, stall: Stall, base: Path) -> str:
     return "<br>".join(links)
 
 
+def slow_rows(view: RunView) -> List[List[str]]:
+    """The slow periods' table rows (already escaped): when, how slow, why, and what was done."""
+    rows = []
+    for n, period in enumerate(view.slow_periods, 1):
+        ended = _clock(period.ended_ts) if period.ended_ts is not None else "going on"
+        ended += "" if period.recovered or period.ended_ts is None else " (the run ended)"
+        ratio = f"{period.ratio:.2f}× of its pace" if period.ratio is not None else "—"
+        rows.append(
+            [
+                str(n),
+                _e(period.attempt),
+                _e(_clock(period.since_ts)),
+                _e(_clock(period.flagged_ts)),
+                _e(ended),
+                _e(duration(period.seconds(view.ended_ts or view.now))),
+                _e(ratio),
+                _e(period.phase or "—"),
+                _e(period.suspect),
+                "<br>".join(f"<code>{_e(line)}</code>" for line in period.evidence),
+                _e(period.action),
+            ]
+        )
+    return rows
+
+
 def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[Tuple[str, str]]:
     """Part 5: (what, value) pairs."""
     started, ended = view.started_ts, view.ended_ts
@@ -308,6 +338,7 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
         ("started / ended", f"{_clock(started)} / {_clock(ended) if ended else 'still running'}"),
         ("total time", duration(total) if total is not None else "—"),
         ("time lost to stalls", f"{duration(lost)}" + (f" ({100 * lost / total:.0f} %)" if total else "")),
+        ("time spent slow", _slow_summary(view, total)),
         ("attempts", str(len(view.attempts))),
         ("restarts, stalls, crashes", ", ".join(str(view.count(k)) for k in ("restart", "stall", "crash"))),
         ("final profile", str(view.final_profile or "—")),
@@ -320,6 +351,15 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
     rows.append(("deadline", verdict))
     rows += [("left out (unusable)", note) for note in view.notes]
     return rows
+
+
+def _slow_summary(view: RunView, total: Optional[float]) -> str:
+    """``4m10s (12 %) in 2 period(s)``: the time the run spent slower than its own pace."""
+    if not view.slow_periods:
+        return "never slower than its own pace"
+    spent = view.slow_s()
+    share = f" ({100 * spent / total:.0f} %)" if total else ""
+    return f"{duration(spent)}{share} in {len(view.slow_periods)} period(s)"
 
 
 def attempt_rows(view: RunView) -> List[Tuple[str, str, str, str, str, str]]:
@@ -340,6 +380,8 @@ def _event_detail(event: Dict[str, Any]) -> str:
         "stall": ("phase", "budget", "budget_s", "silent_s", "cause"),
         "crash": ("code", "beats"),
         "restart": ("after", "delay_s", "profile"),
+        "slow": ("ratio", "phase", "suspect", "action"),
+        "recovered": ("reason", "ratio", "slow_s"),
         "exit": ("code", "reason"),
         "give_up": ("reason",),
     }.get(str(event.get("event")), ())
@@ -368,6 +410,11 @@ def render(view: RunView, out: Path, deadline: Optional[datetime.datetime] = Non
         "<h2 id='throughput'>Throughput over the run</h2>",
         f"<img alt='throughput against wall time' src='data:image/png;base64,{timeline_chart(view)}'>",
     ]
+    slow_periods = slow_rows(view)
+    if slow_periods:
+        parts.append("<h3 id='slow'>Slower than its own pace</h3>")
+        header = ("#", "attempt", "began", "flagged", "ended", "lasted", "pace", "phase", "suspect", "evidence", "action")
+        parts.append(_table(header, slow_periods, raw=True))
     curves = curves_chart(view)
     parts.append("<h2 id='curves'>Loss and mAP (results.csv)</h2>")
     parts.append(f"<img alt='loss and mAP by epoch' src='data:image/png;base64,{curves}'>" if curves else "<p>No results.</p>")

@@ -5,8 +5,9 @@ About once a second (``REFRESH_S``) the run directory is read again into a
 Docker, so the view works from another terminal, against a run in a
 container (its ``runs/<name>`` on the host), or over ssh. On a terminal it is a
 rich live display: epoch and batch bars, img/s, ETA and the deadline verdict,
-the current phase's silence against its budget, attempts and stalls with the
-last stall's cause and one line of evidence, and the checkpoint's age.
+the current phase's silence against its budget, a slowdown under way (how much of
+its own pace the run keeps, since when, and the suspect), attempts and stalls with
+the last stall's cause and one line of evidence, and the checkpoint's age.
 Without a terminal (a pipe, a log file) it prints one plain line whenever what
 it says changes, and at least every ``PLAIN_EVERY_S`` seconds.
 
@@ -94,13 +95,19 @@ def last_stall(view: RunView) -> Optional[str]:
     return text + (f"; evidence: {stall.evidence}" if stall.evidence else "")
 
 
+def slow(view: RunView) -> Optional[str]:
+    """``slow: 0.41x of this run's pace since 14:02 (suspect: contention)`` while the run is slower than its pace."""
+    going = view.slow_now()
+    return going.line() if going is not None else None
+
+
 def checkpoint(view: RunView) -> str:
     age = view.checkpoint_age_s()
     return "checkpoint: none yet" if age is None else f"checkpoint: last.pt {duration(age)} old"
 
 
 def plain_line(view: RunView, deadline: Optional[datetime.datetime]) -> str:
-    parts = [position(view), speed(view, deadline), phase(view), attempts(view), last_stall(view), checkpoint(view)]
+    parts = [position(view), speed(view, deadline), slow(view), phase(view), attempts(view), last_stall(view), checkpoint(view)]
     return " | ".join(p for p in parts if p)
 
 
@@ -136,8 +143,11 @@ def frame(view: RunView, deadline: Optional[datetime.datetime], health: Optional
         Text(f"trainbox · {view.run.root}" + (f" · {health}" if health else ""), style="bold"),
         grid,
         Text(speed(view, deadline)),
-        Text(attempts(view)),
     ]
+    pace = slow(view)
+    if pace:
+        lines.append(Text(pace, style="yellow"))
+    lines.append(Text(attempts(view)))
     stall = last_stall(view)
     if stall:
         lines.append(Text(stall, style="red"))
@@ -163,7 +173,7 @@ def _plain(run_dir: Path, deadline: Optional[datetime.datetime], write: Callable
     while True:
         view = runview.read(run_dir)
         # What changed, leaving out the numbers that grow by themselves (the silence, the checkpoint's age).
-        news = " | ".join(p for p in (position(view), speed(view, deadline), attempts(view), last_stall(view)) if p)
+        news = " | ".join(p for p in (position(view), speed(view, deadline), slow(view), attempts(view), last_stall(view)) if p)
         if news != said or time.monotonic() - said_at >= PLAIN_EVERY_S:
             write(plain_line(view, deadline))
             said, said_at = news, time.monotonic()

@@ -6,7 +6,8 @@ against a run in a container, or over ssh: ``events.jsonl`` (attempts, stalls,
 restarts, profile changes), ``state.json`` (the phase's silence against its
 budget), ``heartbeat.json`` (epoch, batch, img/s), ``progress.jsonl`` (the
 beats over time, :mod:`trainbox.rundir.progress`), Ultralytics' ``args.yaml`` and
-``results.csv``, the incidents' ``summary.json`` and the mtime of ``last.pt``.
+``results.csv``, the incidents' ``summary.json`` and the mtime of ``last.pt``. The periods the run spent
+slower than its own pace come from its ``slow`` and ``recovered`` events (:mod:`trainbox.view.slow`).
 The snapshot numbers (ETA, counts) are :mod:`trainbox.view.status`'s.
 
 Every file may be missing, half-written, from an older trainbox or hostile
@@ -37,7 +38,8 @@ from typing import Any, Dict, List, Optional
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import read_samples
 from trainbox.rundir.records import Records, read_summary
-from trainbox.view import status
+from trainbox.view import slow, status
+from trainbox.view.slow import SlowPeriod
 
 #: Ultralytics' results.csv: a row of about 300 bytes per epoch (10,000 epochs are 3 MiB); more is not its file.
 MAX_RESULTS_BYTES = 4 << 20
@@ -58,7 +60,7 @@ class Attempt:
     started_ts: float
     ended_ts: Optional[float]
     profile: Optional[str]
-    ended_by: str  # "stall", "crash", "exit" or "running"
+    ended_by: str  # "stall", "crash", "exit", "slow" (--on-slow restart) or "running"
 
     @property
     def label(self) -> str:
@@ -183,6 +185,8 @@ class RunView:
                 current, ended_by, ended_ts = event, "running", None
             elif kind in ("stall", "crash", "exit") and current is not None and ended_by == "running":
                 ended_by, ended_ts = str(kind), event.get("killed_ts", event["ts"])
+            elif kind == "restart" and event.get("after") == "slow" and current is not None and ended_by == "running":
+                ended_by, ended_ts = "slow", event["ts"]  # --on-slow restart ended it
         close()
         return found
 
@@ -234,6 +238,20 @@ class RunView:
         )
         until = back["ts"] if back else (self.ended_ts or self.now)
         return Loss(steps=steps, seconds=max(0.0, until - stall.last_progress_ts), regained=back is not None)
+
+    @functools.cached_property
+    def slow_periods(self) -> List[SlowPeriod]:
+        """The periods the run spent slower than its own pace (:mod:`trainbox.view.slow`)."""
+        return slow.periods(self.events)
+
+    def slow_now(self) -> Optional[SlowPeriod]:
+        """The slowdown under way, None at pace or once the run is over (its ``exit`` closes it)."""
+        going = self.slow_periods[-1] if self.slow_periods else None
+        return going if going is not None and going.ended_ts is None else None
+
+    def slow_s(self) -> float:
+        """Seconds the run spent slow, up to its end (or now)."""
+        return slow.total_s(self.slow_periods, self.ended_ts or self.now)
 
     @property
     def profile_changes(self) -> List[Dict[str, Any]]:

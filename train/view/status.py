@@ -28,6 +28,7 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import rank_files, read_beat, whole
 from trainbox.supervise import settings
 from trainbox.supervise.settings import DEADLINE_FORMATS  # noqa: F401  (status' and report's --help name it)
+from trainbox.view import slow
 
 #: Ultralytics' args.yaml is about 2 KiB; more is not its file (and PyYAML parses about a MiB a second).
 MAX_ARGS_BYTES = 64 * 1024
@@ -170,6 +171,17 @@ def deadline_verdict(deadline: datetime.datetime, finish_ts: Optional[float], fi
     return f"{deadline:%Y-%m-%d %H:%M}: {'finished' if finished else 'expected finish'} {finish:%H:%M}, {verdict}"
 
 
+def _slow_lines(progress: Progress, now: float) -> List[str]:
+    """The slowdown under way, and the time spent slow so far (nothing for a run that never was)."""
+    found = slow.periods(progress.events)
+    if not found:
+        return []
+    going = found[-1] if found[-1].ended_ts is None else None
+    lines = [f"pace      {going.line()}; {going.evidence[0] if going.evidence else 'no evidence'}"] if going else []
+    lines.append(f"pace      slow for {duration(slow.total_s(found, now))} in {len(found)} episode(s)")
+    return lines
+
+
 def _number(value: Any, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
@@ -216,6 +228,7 @@ def render(
     stall = progress.last_stall()
     if stall:
         lines.append(f"stall     {stall}")
+    lines += _slow_lines(progress, now)
     if health:
         lines.append(f"health    {health}")
     checkpoint = progress.checkpoint_mtime

@@ -47,7 +47,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from ultralytics.utils import LOGGER, RANK
 
-from trainbox import faults
+from trainbox import faults, heartbeat
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.safe import names, temporaries
 from trainbox.yolo.checkpoint import run_of
@@ -223,7 +223,8 @@ class MidEpoch:
         self.batches_since_save += 1
         next_batch = done + 1
         since = time.monotonic() - self.last_save
-        due = self.cadence.due(since, self.batches_since_save)
+        # The supervisor asks for one before it restarts a slow attempt (--on-slow restart, trainbox.supervise.pace_watch).
+        due = self.cadence.due(since, self.batches_since_save) or heartbeat.checkpoint_requested()
         if self.stepped and next_batch < len(trainer.train_loader) and due and RANK in (-1, 0):  # DDP: rank 0 writes
             self.save(trainer, Position(trainer.epoch, next_batch))
 
@@ -270,6 +271,7 @@ class MidEpoch:
         self.save_seconds += self.last_save - started
         trainer.beats.beat("save", None, force=True, midepoch_save_s=round(self.last_save - started, 3))
         trainer.beats.saved()
+        heartbeat.checkpointed()
         return path
 
     def restore(self, trainer: Any, ckpt: Dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trainbox import SOURCE_ROOT
 from trainbox.errors import UserError
 from trainbox.rundir.events import Cause, Retry
-from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT
+from trainbox.supervise.settings import COMPILE_CAP, IDLE_TIMEOUT, SLOW_RATIO
 
 PROFILES_DIR_ENV = "TRAIN_PROFILES_DIR"
 #: A setting decided per device at run time (workers, amp).
@@ -65,9 +65,10 @@ class Profile(BaseModel):
     stall_timeout: float = Field(gt=0, description="seconds allowed between beats")
     val_timeout: float = Field(gt=0, description="seconds a validation pass may stay silent")
     save_timeout: float = Field(gt=0, description="seconds a checkpoint save may stay silent")
-    # Defaults from the one settings table (--idle-timeout, --compile-cap), which the options override.
+    # Defaults from the one settings table (--idle-timeout, --compile-cap, --slow-ratio), which the options override.
     idle_timeout: float = Field(default=IDLE_TIMEOUT.number, ge=0, description=IDLE_TIMEOUT.help)
     compile_cap: float = Field(default=COMPILE_CAP.number, ge=0, description=COMPILE_CAP.help)
+    slow_ratio: float = Field(default=SLOW_RATIO.number, gt=1, allow_inf_nan=False, description=SLOW_RATIO.help)
     stall_retry: Dict[str, List[Retry]] = Field(
         default_factory=dict,
         description="cause -> retries for its 1st, 2nd, ... stall in a row, replacing trainbox.supervise.policy.RETRIES' row",
