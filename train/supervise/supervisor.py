@@ -52,14 +52,12 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.lock import RunLock
 from trainbox.rundir.safe import Refusal
 from trainbox.rundir.state import State
-from trainbox.supervise import gpu_release, notify, watchdog
+from trainbox.supervise import endings, gpu_release, notify, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.monitor import Monitor
-from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.pace_watch import PaceWatch
 from trainbox.supervise.planner import Launch, Next, Planner
-from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind, Retry, Verdict, decide
-from trainbox.supervise.progress_source import Source
+from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.system import proctree
@@ -203,10 +201,10 @@ class Supervisor:
             if decision.verdict is Verdict.SUCCEEDED:
                 return self._end(State.SUCCEEDED, ExitCode.OK, "completed", self._completed_line(), **outcome.timing())
             assert following is not None  # any other ending was a failure, and the planner has planned its retry
-            history.append(describe(outcome, launch))
+            history.append(endings.describe(outcome, launch))
             if decision.verdict is Verdict.MISCONFIGURED:
-                return self._end(State.MISCONFIGURED, ExitCode.MISCONFIGURED, "misconfigured", misconfigured_line(outcome),
-                                 give_up="misconfigured")  # fmt: skip
+                line = endings.misconfigured_line(outcome)
+                return self._end(State.MISCONFIGURED, ExitCode.MISCONFIGURED, "misconfigured", line, give_up="misconfigured")
             if decision.verdict is Verdict.GAVE_UP:
                 line = self._gave_up_line(history, decision.reason, outcome)
                 return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
@@ -307,71 +305,14 @@ class Supervisor:
 
     def _hung_too_often(self) -> int:
         """The supervisors before this one hung ``self.hangs`` times in a row: give up rather than loop (see watchdog)."""
-        line = (
-            f"giving up: the supervisor of this run hung {self.hangs} times in a row, each time ended by "
-            f"`health --act`; its stacks are in {self.run_dir.incident_dir.directory}/*-supervisor.txt, the history in "
-            f"{self.run_dir.events}. Find out why before running again (the run resumes from its last checkpoint)."
-        )
+        line = endings.hung_too_often_line(self.hangs, self.run_dir)
         return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "supervisor hung", line, give_up="supervisor hung", hangs=self.hangs)
 
-    def _slow_part(self) -> str:
-        """``, slow for 12.5 min in 2 episode(s)`` when the run was ever slower than its own pace, else ''."""
-        slow = self.pace.summary(time.time())
-        if not slow["slow_episodes"]:
-            return ""
-        return f", slow for {slow['slow_s'] / 60:.1f} min in {slow['slow_episodes']} episode(s)"
-
     def _completed_line(self) -> str:
-        counts = self.record.counters
-        return (
-            f"completed after {self.attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es)"
-            f"{self._slow_part()})"
-        )
+        return endings.completed_line(self.attempt + 1, self.record.counters, self.pace.summary(time.time()))
 
     def _gave_up_line(self, history: List[str], reason: str, last: Outcome) -> str:
-        counts = self.record.counters
-        line = (
-            f"giving up after {self.attempt + 1} attempts and {counts.restarts} restart(s) "
-            f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
-            f"{counts.crashes} crash(es){self._slow_part()}. In order: " + "; ".join(history) + ". "
-            f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
+        counts, slow = self.record.counters, self.pace.summary(time.time())
+        return endings.gave_up_line(
+            self.attempt + 1, counts, self.settings.max_restarts, history, reason, last, self.run_dir, slow
         )
-        if reason == NO_PROGRESS_READ:
-            line += (
-                " Their output shows they ran, but neither beat nor printed a progress counter trainbox reads, so "
-                f"each was stopped by its budget. {HOW_TO_GIVE_PROGRESS}" + last_output(last)
-            )
-        elif last.detail.get("progress_source") == Source.NONE.value and last.kind is OutcomeKind.STALLED:
-            line += f" The last attempt showed no progress at all. {HOW_TO_GIVE_PROGRESS}"
-        return line
-
-
-def last_output(outcome: Outcome) -> str:
-    """The child's last display lines (a progress bar's last state included), indented under a message."""
-    lines = outcome.detail.get("last_output") or ["(no output)"]
-    return " The child's last output:\n    " + "\n    ".join(lines)
-
-
-def misconfigured_line(outcome: Outcome) -> str:
-    """What a run that never started is told: not a stall, a configuration error, with the child's last output
-    (and how to give progress when it was stopped for showing none)."""
-    stalled = outcome.kind is OutcomeKind.STALLED
-    return (
-        "two attempts in a row ended before their first heartbeat or progress counter: this is a configuration "
-        "error, not a stall; fix it and run again." + (f" {HOW_TO_GIVE_PROGRESS}" if stalled else "") + last_output(outcome)
-    )
-
-
-def describe(outcome: Outcome, launch: Launch) -> str:
-    """One failed attempt in the give-up message's history."""
-    profile = f" with profile {launch.profile}" if launch.profile else ""
-    if outcome.kind is OutcomeKind.SLOW:
-        first = (outcome.detail.get("evidence") or ["no evidence"])[0]
-        return f"slow{profile} for {outcome.detail.get('slow_s', 0):.0f} s ({outcome.detail.get('suspect')}: {first}), restarted"
-    if outcome.kind is OutcomeKind.STALLED:
-        d: Dict[str, Any] = outcome.detail
-        phase = f" in phase {d['phase']!r}" if d.get("phase") else ""
-        budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
-        cause = f"cause {d['cause']}: {(d['evidence'] or ['no evidence'])[0]}; "
-        return f"stall{phase}{profile} ({cause}{budget}, report {d['incident'] or 'not written'})"
-    return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
