@@ -471,11 +471,11 @@ def _mapped_dataset(megabytes: int) -> memoryview:
     import mmap
 
     path = Path(os.environ.get("TRAIN_RUN_DIR", ".")) / f"fault-dataset-{megabytes}.bin"
-    if not path.exists() or path.stat().st_size != megabytes * 2**20:
-        with open(path, "wb") as handle:
+    if not path.exists() or path.stat().st_size != megabytes * 2**20:  # not the run directory: the fault's scratch file
+        with open(path, "wb") as handle:  # not the run directory: the fault's scratch file
             for _ in range(megabytes):
                 handle.write(os.urandom(2**20))
-    with open(path, "rb") as handle:
+    with open(path, "rb") as handle:  # not the run directory: the fault's scratch file
         return memoryview(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ))
 
 

@@ -161,10 +161,8 @@ def checkpoint_requested() -> bool:
     if run is None or now - _looked[0] < REQUEST_CHECK_S:
         return False
     _looked[0] = now
-    try:
-        return run.checkpoint_request.stat().st_mtime > _answered[0]
-    except OSError:
-        return False
+    found = run.files.stat(run.checkpoint_request).value  # None when missing or not a plain file (a link, a FIFO)
+    return found is not None and found.st_mtime > _answered[0]
 
 
 def checkpointed() -> bool:

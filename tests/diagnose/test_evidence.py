@@ -157,6 +157,9 @@ def test_a_cache_grown_by_others_is_not_a_spinning_trees_compile(tree: Tree, tmp
         "    time.sleep(0.2)",
         str(tmp_path / "shared"),
     )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "shared" / "k0").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # running: started clock ticks (10 ms) before the root, it is no orphan of the root's
     child = tree.python("print('ready', flush=True)\nwhile True: pass")
     wait_for_line(child, "ready")
     window = watch(child.pid, 3, env=env)

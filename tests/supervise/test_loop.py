@@ -188,7 +188,7 @@ def test_a_slow_attempt_ended_for_its_slowness_is_restarted_from_its_checkpoint(
     assert run() == ExitCode.OK
     assert run.names() == ["start", "restart", "start", "exit"]
     restart = run.one("restart")
-    assert restart["after"] == "slow" and restart["retry"] is None
+    assert restart["after"] == "slow" and restart.get("retry") is None  # null: read back, a null field is left out
     assert restart["reason"] == "slow (memory): the same command again, from its last checkpoint"
     assert {k: run.one("exit")[k] for k in ("restarts", "stalls", "crashes")} == {"restarts": 1, "stalls": 0, "crashes": 0}
 
