@@ -35,7 +35,7 @@ from invoke.main import program
 from trainbox import errors, interrupt
 from trainbox.container import build as build_image
 from trainbox.container import bundle as bundles
-from trainbox.container import dotenv, flavors, launch, locks
+from trainbox.container import compose, dotenv, engine, flavors, launch, locks
 from trainbox.container import fingerprint as fingerprints
 from trainbox.doctor import cli as doctor_cli
 from trainbox.view import live
@@ -120,9 +120,14 @@ def _flavor(flavor: Optional[str]) -> str:
 )
 @one_line_errors
 def setup(c, flavor=None, ca_cert=None):
-    """Write .env for docker compose (then: docker compose up)."""
-    path = dotenv.write(ROOT, dotenv.settings(_flavor(flavor), ca_cert or []))
+    """Write .env for docker compose and create the shared cache volumes (then: docker compose up)."""
+    flavor = _flavor(flavor)
+    values = dotenv.settings(flavor, ca_cert or [])
+    path = dotenv.write(ROOT, values)
     print(f"wrote {path}")
+    service = compose.service(flavor, dotenv.variables(values), ROOT)
+    if service.named_volumes:
+        launch.ensure_volumes(engine.api(), service)
 
 
 @task(
@@ -194,14 +199,14 @@ def status(c, run=None, run_dir=None, deadline=None, watch=False):
 @one_line_errors
 def logs(c, run=None, follow=False):
     """Print the run container's logs."""
-    launch.logs(run, follow)
+    launch.logs(ROOT, run, follow)
 
 
 @task(help={"run": "run name (default: the newest run)"})
 @one_line_errors
 def stop(c, run=None):
     """Stop the run's container, giving the supervisor its grace period to save."""
-    print(f"stopped {launch.stop(run)}")
+    print(f"stopped {launch.stop(ROOT, run)}")
 
 
 @task(

@@ -26,6 +26,8 @@ from trainbox.view import status as run_status
 from trainbox.yolo import kernels, profiles
 
 DEFAULT_RUN_DIR = "runs/trainbox"
+#: Where every route keeps its runs: runs/trainbox (run, supervise), runs/<profile>-<time> (invoke train), runs/demo (compose).
+RUNS_DIR = "runs"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = sub.add_parser("status", help="where a run stands; --watch: a live view until Ctrl-C")
-    status.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    status.add_argument(
+        "--run-dir",
+        type=Path,
+        default=os.environ.get("TRAIN_RUN_DIR"),
+        help=f"the run (default: $TRAIN_RUN_DIR, else the newest run under {RUNS_DIR}/: the latest last event)",
+    )
     status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C (plain lines without a terminal)")
     status.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}: does the run finish in time?")
     report = sub.add_parser("report", help="write the run's report: one self-contained HTML file with charts")
@@ -164,11 +171,12 @@ def _deadline(text: Optional[str]) -> Optional[datetime.datetime]:
 
 def _status(args: argparse.Namespace) -> int:
     deadline = _deadline(args.deadline)
+    run_dir = Path(args.run_dir) if args.run_dir else run_status.newest_run(Path(RUNS_DIR))
     if args.watch:
         from trainbox.view import live as watch
 
-        return watch.main(args.run_dir, deadline)
-    print("\n".join(run_status.render(args.run_dir, run_status.read(args.run_dir), deadline=deadline)))
+        return watch.main(run_dir, deadline)
+    print("\n".join(run_status.render(run_dir, run_status.read(run_dir), deadline=deadline)))
     return 0
 
 
@@ -183,7 +191,7 @@ def _report(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as missing:
         if missing.name != "matplotlib":
             raise
-        raise UserError("trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)") from None
+        raise UserError("trainbox report needs matplotlib: pip install matplotlib (the host and yolo extras have it)") from None
     return 0
 
 

@@ -1,16 +1,20 @@
-"""What `invoke train --data` mounts, decided on the host without Docker (train/container/launch.py)."""
+"""What `invoke train` checks and mounts, decided on the host without Docker (train/container/launch.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import List
 
 import pytest
 
 from trainbox.container import launch
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
-from trainbox.yolo import dataset
+from trainbox.yolo import args, dataset
+
+from .conftest import invoke
 
 
 def split_dirs(root: Path, *relative: str) -> None:
@@ -78,3 +82,40 @@ def test_a_restart_is_one_line_with_the_reason_from_the_runs_history(tmp_path: P
     ), line
     older = launch._restart_line(inspected_after_restart(tmp_path, 2), {"State": {"StartedAt": "2026-11-23T18:20:00Z"}})
     assert "exited (a crash or a kill)" in older, "a hang before the last start is not this restart's reason"
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (["--profile", "saef"], "unknown profile 'saef': choose one of balanced, fast, fast-compile, safe, safe-native"),
+        (["--set", "epochs=abc"], "epochs=abc: expected int"),
+        (["--set", "nosuchkey=1"], "unknown argument 'nosuchkey'"),
+        (["--set", "data=/tmp/data.yaml"], "--set data=: the dataset is --data PATH"),
+        (["--supervisor", "--stall-timeout abc"], "--supervisor: argument --stall-timeout: expected a number, got 'abc'"),
+        (["--supervisor", "--backoff 10 --backoff-max 1"], "--supervisor: --backoff-max (1) must be >= --backoff (10)"),
+    ],
+    ids=["profile", "value", "key", "data", "supervisor-value", "supervisor-combination"],
+)
+def test_invoke_train_refuses_bad_input_before_making_anything(tmp_path: Path, given: List[str], message: str) -> None:
+    """One line, exit 2, and nothing made: no run directory, and not even the engine asked (it is unreachable here,
+    and a request that got that far would end in "Docker daemon not reachable"), so no container or image."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "TRAINBOX_RUNS_HOST": str(runs)}
+    result = invoke(["train", "--flavor", "cpu", *given], env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainbox: error: ") and message in lines[0], result.stderr
+    assert not runs.exists()
+
+
+def test_the_host_checks_against_the_images_ultralytics_without_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host extra has no Ultralytics: `--set` is checked against the pinned copy (env/ultralytics-cfg), never the install."""
+
+    def not_installed() -> Path:
+        raise args.OverrideError("ultralytics is not installed")
+
+    monkeypatch.setattr(args, "default_cfg_path", not_installed)
+    good = launch.TrainRequest("safe", "cpu", Path("."), overrides=["epochs=5", "model=yolov8s.yaml", "amp=false"])
+    launch.check_arguments(good)
+    with pytest.raises(UserError, match=r"imgsz=\[1, 2\]: must be a whole number from 32 to 8192"):
+        launch.check_arguments(launch.TrainRequest("safe", "cpu", Path("."), overrides=["imgsz=[1, 2]"]))

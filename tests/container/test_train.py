@@ -29,6 +29,7 @@ from .conftest import (
     container_of,
     events,
     invoke,
+    run_labels,
     settings_of,
 )
 
@@ -123,10 +124,11 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
 @pytest.mark.parametrize(
     "extra, code",
     [
-        (["--set", "nosuchkey=1"], ExitCode.USAGE),  # refused before anything starts
+        # A setting only the container sees (bad --set values never get this far: test_launch.py): no attempt beats.
+        (["--env", "TRAIN_STARTUP_TIMEOUT=abc", "--supervisor", FAST_SUPERVISOR], ExitCode.MISCONFIGURED),
         (["--env", "TRAIN_FAULT=crash@train_batch", "--supervisor", f"--max-restarts 0 {FAST_SUPERVISOR}"], ExitCode.GAVE_UP),
     ],
-    ids=["bad-input", "gave-up"],
+    ids=["misconfigured", "gave-up"],
 )
 def test_a_final_outcome_is_not_restarted_by_docker(
     docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, extra: List[str], code: ExitCode
@@ -173,10 +175,11 @@ def test_parser_agrees_with_docker_compose_config(session_env) -> None:
         text=True,
         check=True,
     )
-    reference = json.loads(result.stdout)["services"]
+    reference, project = json.loads(result.stdout)["services"], json.loads(result.stdout)["name"]
     for name in flavors.NAMES:
         ours = compose.service(name, dotenv.variables(dotenv.settings("cpu")), ROOT)
         theirs = reference[name]
+        assert ours.project == project, "compose's project name: the checkout folder's, normalized"
         assert ours.image == theirs["image"] and ours.user == theirs["user"]
         assert ours.network_mode == theirs["network_mode"] and ours.restart == theirs["restart"]
         assert ours.shm_size == int(theirs["shm_size"])
@@ -265,13 +268,12 @@ def test_user_errors_are_one_line(args: List[str], env: Dict[str, str], message:
 
 def test_a_running_container_of_the_run_is_a_one_line_error(docker_api, cpu_image, run_name: str, session_env) -> None:
     """A stopped one is replaced (tests/container/test_watchdog.py); a running one has the run's supervisor."""
-    running = docker_api.create_container(
-        cpu_image["tag"], ["sh", "-c", "sleep 120"], name=f"trainbox-{run_name}", labels={launch.RUN_LABEL: run_name}
-    )
+    name = f"{launch.project(ROOT)}-{run_name}"  # the checkout's compose project (its folder's name), then the run
+    running = docker_api.create_container(cpu_image["tag"], ["sh", "-c", "sleep 120"], name=name, labels=run_labels(run_name))
     docker_api.start(running["Id"])
     result = invoke(["train", "--flavor", "cpu", "--name", run_name], dict(os.environ), timeout=120)
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(f"trainbox: error: container trainbox-{run_name} is running")
+    assert result.stderr.strip().splitlines()[-1].startswith(f"trainbox: error: container {name} is running")
     assert not (ROOT / "runs" / run_name).exists(), "a refused run must not leave a run directory"
 
 

@@ -4,12 +4,22 @@ Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls and the la
 ``heartbeat.json`` (epoch, batch, throughput; under torchrun the lowest rank's
 ``heartbeats/rank-<rank>.json``) and Ultralytics' ``args.yaml``
 (epochs, batch size); the ETA counts training batches only.
+
+A run whose last event is ``exit`` has ended: it has no phase, heartbeat age, ETA or container
+health to report, only when it finished and with which status (``finished at ..., exit N``).
+
+"The newest run" (``status`` without a run named) is the run directory under ``runs/`` whose last
+event is the latest, whichever route made it: ``invoke train``'s ``runs/<profile>-<timestamp>``,
+compose's ``runs/demo``, the native ``runs/trainbox``. A directory without events yet (made, not
+started) counts from its own modification time. Whatever a directory holds is read as untrusted:
+a torn or odd ``events.jsonl`` is a directory without events, never an error.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +58,12 @@ class Progress:
             return None
         remaining = self.epochs * per_epoch - self.beat.get("step", 0)
         return max(remaining, 0) * self.batch_size / rate
+
+    @property
+    def finished(self) -> Optional[Dict[str, Any]]:
+        """The ``exit`` event when it is the run's last event (the run has ended), else None."""
+        last = self.events[-1] if self.events else None
+        return last if isinstance(last, dict) and last.get("event") == "exit" else None
 
     def count(self, event: str) -> int:
         """Supervisor's own count (state.json ``restarts``, ...), else events.jsonl's."""
@@ -106,6 +122,29 @@ def read(run_dir: Path) -> Progress:
     )
 
 
+def _ts(record: Any) -> Optional[float]:
+    """A record's ``ts`` when it is a usable time (the file is untrusted), else None."""
+    ts = record.get("ts") if isinstance(record, dict) else None
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
+
+
+def last_activity(run_dir: Path) -> float:
+    """When the run last did something: its last event's ``ts``, else the directory's modification time."""
+    for record in reversed(read_events(RunDir(run_dir).events)):
+        ts = _ts(record)
+        if ts is not None:
+            return ts
+    return run_dir.stat().st_mtime
+
+
+def newest_run(runs: Path) -> Path:
+    """The run directory under ``runs`` with the latest :func:`last_activity`; a UserError when there is none."""
+    found = sorted((last_activity(path), path.name, path) for path in runs.glob("*/") if path.is_dir()) if runs.is_dir() else []
+    if not found:
+        raise UserError(f"no run found under {runs}: pass --run-dir or start one (`invoke train`, `trainbox run`)")
+    return found[-1][2]
+
+
 def duration(seconds: float) -> str:
     """``1h05m`` or ``4m09s``."""
     seconds = int(seconds)
@@ -142,6 +181,14 @@ def deadline_verdict(deadline: datetime.datetime, finish_ts: Optional[float], fi
     return f"{deadline:%Y-%m-%d %H:%M}: {'finished' if finished else 'expected finish'} {finish:%H:%M}, {verdict}"
 
 
+def _clock(ts: Optional[float]) -> str:
+    """``2026-11-24 23:41:07``, or ``?`` for a time that is not one."""
+    try:
+        return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts is not None else "?"
+    except (ValueError, OverflowError, OSError):
+        return "?"
+
+
 def render(
     run_dir: Path,
     progress: Progress,
@@ -149,14 +196,36 @@ def render(
     deadline: Optional[datetime.datetime] = None,
     now: Optional[float] = None,
 ) -> List[str]:
-    """Human-readable status lines."""
+    """Human-readable status lines: where a live run stands, or how an ended one finished."""
     now = time.time() if now is None else now
+    attempt = f" (attempt {progress.state['attempt']})" if "attempt" in progress.state else ""
+    lines = [f"run       {run_dir}", f"state     {progress.state.get('state', 'unknown')}{attempt}"]
+    finished = progress.finished
+    if finished is not None:
+        lines[-1] += f", finished at {_clock(_ts(finished))}, exit {finished.get('code', '?')}"
+        epochs = f"/{progress.epochs}" if progress.epochs else ""
+        lines.append(f"trained   epoch {progress.beat.get('epoch', '?')}{epochs}")
+    else:
+        lines += _live_lines(progress, now, health)
+    lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
+    stall = progress.last_stall()
+    if stall:
+        lines.append(f"stall     {stall}")
+    checkpoint = progress.checkpoint_mtime
+    lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
+    if deadline is not None:
+        if finished is not None:
+            lines.append(f"deadline  {deadline_verdict(deadline, _ts(finished), finished=True)}")
+        else:
+            eta = progress.eta_s()
+            lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
+    return lines
+
+
+def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[str]:
+    """A run under way: its progress, speed, ETA and (in a container) health."""
     beat = progress.beat
-    lines = [f"run       {run_dir}"]
-    lines.append(
-        f"state     {progress.state.get('state', 'unknown')}"
-        + (f" (attempt {progress.state['attempt']})" if "attempt" in progress.state else "")
-    )
+    lines = []
     if beat:
         epochs = f"/{progress.epochs}" if progress.epochs else ""
         per_epoch = progress.batches_per_epoch
@@ -171,14 +240,6 @@ def render(
         lines.append("progress  no heartbeat yet")
     eta = progress.eta_s()
     lines.append(f"eta       {duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
-    lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
-    stall = progress.last_stall()
-    if stall:
-        lines.append(f"stall     {stall}")
     if health:
         lines.append(f"health    {health}")
-    checkpoint = progress.checkpoint_mtime
-    lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
-    if deadline is not None:
-        lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
     return lines
