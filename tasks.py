@@ -172,9 +172,9 @@ def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, superv
         run_name=name,
         build_missing=not no_build,
     )
-    code = launch.train(request)
+    code, run_dir = launch.train(request)
     if code != 0:
-        raise Exit(f"error: training container exited with {code}: see `invoke logs` and the run's events.jsonl", code=code)
+        raise Exit(launch.failed_line(code, run_dir), code=code)
 
 
 @task(

@@ -24,6 +24,7 @@ from trainbox.supervise.settings import add_arguments as add_supervisor_argument
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
 from trainbox.view import status as run_status
 from trainbox.yolo import kernels, profiles
+from trainbox.yolo.demo_data import DEMO_IMAGES, DEMO_TRAIN_ARGS
 
 DEFAULT_RUN_DIR = "runs/trainbox"
 #: Where every route keeps its runs: runs/trainbox (run, supervise), runs/<profile>-<time> (invoke train), runs/demo (compose).
@@ -71,11 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments (data=, epochs=, imgsz=, ...)"
     )
 
-    demo = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
-    demo.add_argument("directory", type=Path)
-    demo.add_argument("--train", type=_count, default=32, help="training images (default: 32)")
-    demo.add_argument("--val", type=_count, default=8, help="validation images (default: 8)")
-    demo.add_argument("--imgsz", type=_count, default=96, help="image side in pixels (default: 96)")
+    demo = sub.add_parser("demo", help="train the demo: a synthetic dataset in RUN_DIR/demo-data, nothing downloaded")
+    demo.add_argument("--profile", default="safe", help="profile name from env/profiles (default: safe)")
+    demo.add_argument("--profiles-dir", type=Path, default=None, help="where profiles live (default: env/profiles)")
+    _add_supervisor_options(demo, budgets_from_profile=True)
+    demo.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help=f"Ultralytics train arguments over the demo's {' '.join(DEMO_TRAIN_ARGS)}"
+    )
+
+    data = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
+    data.add_argument("directory", type=Path)
+    data.add_argument("--train", type=_count, default=DEMO_IMAGES.train, help=f"training images (default: {DEMO_IMAGES.train})")
+    data.add_argument("--val", type=_count, default=DEMO_IMAGES.val, help=f"validation images (default: {DEMO_IMAGES.val})")
+    data.add_argument("--imgsz", type=_count, default=DEMO_IMAGES.imgsz, help=f"image side in pixels (default: {DEMO_IMAGES.imgsz})")
 
     doctor = sub.add_parser("doctor", help="check this host (--inside: the image) and say how to fix each failure")
     doctor_cli.add_arguments(doctor)
@@ -146,15 +155,29 @@ def _run(args: argparse.Namespace) -> int:
     return Supervisor(_spec(args, ladder)).run()
 
 
-def _demo_data(args: argparse.Namespace) -> int:
+def _write_demo_data(directory: Path, train: int, val: int, imgsz: int) -> Path:
     from trainbox.yolo.demo_data import write_demo_dataset
 
     try:
-        data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
+        return write_demo_dataset(directory, train=train, val=val, imgsz=imgsz)
     except OSError as exc:
-        raise UserError(f"cannot write the demo dataset to {args.directory}: {exc.strerror or exc}") from None
-    print(data_yaml)
+        raise UserError(f"cannot write the demo dataset to {directory}: {exc.strerror or exc}") from None
+
+
+def _demo_data(args: argparse.Namespace) -> int:
+    print(_write_demo_data(args.directory, args.train, args.val, args.imgsz))
     return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """``run`` on the demo dataset, written into the run directory, with the demo's arguments under the user's."""
+    given = {pair.partition("=")[0].strip() for pair in args.overrides}
+    if "data" in given:
+        raise UserError("demo trains its own dataset: for yours, `python -m trainbox run --profile NAME data=PATH`")
+    data_yaml = _write_demo_data(RunDir(args.run_dir).demo_data, DEMO_IMAGES.train, DEMO_IMAGES.val, DEMO_IMAGES.imgsz)
+    defaults = [pair for pair in DEMO_TRAIN_ARGS if pair.partition("=")[0] not in given]
+    args.overrides = [*defaults, *args.overrides, f"data={data_yaml}"]
+    return _run(args)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -212,6 +235,7 @@ def _main(own: List[str], command: List[str]) -> int:
             raise UserError(f"'--' is only for 'supervise'; {args.command} takes no command")
         handlers = {
             "run": _run,
+            "demo": _demo,
             "demo-data": _demo_data,
             "health": _health,
             "doctor": doctor_cli.main,

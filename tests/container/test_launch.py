@@ -119,3 +119,12 @@ def test_the_host_checks_against_the_images_ultralytics_without_its_own(monkeypa
     launch.check_arguments(good)
     with pytest.raises(UserError, match=r"imgsz=\[1, 2\]: must be a whole number from 32 to 8192"):
         launch.check_arguments(launch.TrainRequest("safe", "cpu", Path("."), overrides=["imgsz=[1, 2]"]))
+
+
+def test_a_failed_run_points_only_at_what_exists(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "safe-20261124-2340")
+    run.root.mkdir()
+    logs = "see `invoke logs --run safe-20261124-2340`"
+    assert launch.failed_line(3, run.root) == f"error: the training container exited with 3: {logs}"
+    run.events.write_text("{}\n")
+    assert launch.failed_line(3, run.root).endswith(f"{logs} and the run's history, {run.events}")

@@ -421,10 +421,18 @@ def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Opt
         raise stop from None
 
 
-def train(request: TrainRequest, out: Optional[TextIO] = None) -> int:
-    """Run training in a container, following its logs; return its exit code."""
+def train(request: TrainRequest, out: Optional[TextIO] = None) -> Tuple[int, Path]:
+    """Run training in a container, following its logs; return its exit code and the run directory."""
     client, container_id, service = start(request)
-    return follow(client, container_id, service.stop_grace_s or DEFAULT_GRACE_S, out)
+    run_dir = Path(client.inspect_container(container_id)["Config"]["Labels"]["io.trainbox.run-dir"])
+    return follow(client, container_id, service.stop_grace_s or DEFAULT_GRACE_S, out), run_dir
+
+
+def failed_line(code: int, run_dir: Path) -> str:
+    """``invoke train``'s last line when its container ended with ``code`` != 0: where to look, only what exists."""
+    events = RunDir(run_dir).events
+    history = f" and the run's history, {events}" if events.exists() else ""
+    return f"error: the training container exited with {code}: see `invoke logs --run {run_dir.name}`{history}"
 
 
 def project(root: Path) -> str:

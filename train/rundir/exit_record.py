@@ -28,8 +28,8 @@ from trainbox.errors import ExitCode
 from trainbox.rundir.layout import RunDir
 
 ENGINE_RESTARTS_ENV = "TRAINBOX_ENGINE_RESTARTS_ON_FAILURE"
-#: The commands whose outcome the container's restart policy is about (the image's ``demo`` and ``train`` run ``run``).
-SUPERVISED_COMMANDS = ("run", "supervise")
+#: The commands whose outcome the container's restart policy is about (the image's ``train`` runs ``run``).
+SUPERVISED_COMMANDS = ("run", "demo", "supervise")
 
 
 def for_engine(command: Optional[str], code: int, run_dir: Path) -> int:

@@ -18,7 +18,7 @@ import random
 import struct
 import zlib
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, NamedTuple, Tuple
 
 CLASSES: Tuple[Tuple[str, Tuple[int, int, int]], ...] = (
     ("red", (220, 40, 40)),
@@ -26,6 +26,18 @@ CLASSES: Tuple[Tuple[str, Tuple[int, int, int]], ...] = (
 )
 
 Box = Tuple[int, int, int, int, int]  # class, x0, y0, x1, y1 (pixels, end exclusive)
+
+
+class Images(NamedTuple):
+    train: int
+    val: int
+    imgsz: int
+
+
+#: The demo's dataset (``trainbox demo``, ``demo-data``'s defaults).
+DEMO_IMAGES = Images(train=32, val=8, imgsz=96)
+#: The demo's training arguments (any KEY=VALUE given wins; see the module docstring for why each).
+DEMO_TRAIN_ARGS: Tuple[str, ...] = ("epochs=15", "imgsz=64", "batch=8", "nbs=8", "warmup_epochs=0", "mosaic=0")
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
@@ -68,7 +80,9 @@ def _label_text(boxes: List[Box], size: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_demo_dataset(directory: Path, train: int = 32, val: int = 8, imgsz: int = 96, seed: int = 0) -> Path:
+def write_demo_dataset(
+    directory: Path, train: int = DEMO_IMAGES.train, val: int = DEMO_IMAGES.val, imgsz: int = DEMO_IMAGES.imgsz, seed: int = 0
+) -> Path:
     """Write ``images/{train,val}``, ``labels/{train,val}`` and ``data.yaml``; return the YAML's path."""
     if train < 1 or val < 1:
         raise ValueError("the demo dataset needs at least one train and one val image")
