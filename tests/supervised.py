@@ -46,6 +46,11 @@ class Finished:
         return "\n".join(p.read_text() for p in sorted(directory.glob("*.txt")))
 
 
+#: ``demo-data`` for the tests that train on it: the 32 + 8 images the tests have always used, half the demo's own
+#: (trainbox.yolo.demo_data.DEMO_IMAGES, sized for a person to watch it learn), so their epochs stay as short.
+SMALL_DEMO_DATA = ("--train", "32", "--val", "8")
+
+
 def cli_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     full_env = dict(os.environ)
     full_env.pop("TRAIN_FAULT", None)

@@ -76,15 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--profile", default="safe", help="profile name from env/profiles (default: safe)")
     demo.add_argument("--profiles-dir", type=Path, default=None, help="where profiles live (default: env/profiles)")
     _add_supervisor_options(demo, budgets_from_profile=True)
-    demo.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help=f"Ultralytics train arguments over the demo's {' '.join(DEMO_TRAIN_ARGS)}"
-    )
+    over = f"Ultralytics train arguments over the demo's {' '.join(DEMO_TRAIN_ARGS)}"
+    demo.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=over)
 
     data = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
     data.add_argument("directory", type=Path)
-    data.add_argument("--train", type=_count, default=DEMO_IMAGES.train, help=f"training images (default: {DEMO_IMAGES.train})")
-    data.add_argument("--val", type=_count, default=DEMO_IMAGES.val, help=f"validation images (default: {DEMO_IMAGES.val})")
-    data.add_argument("--imgsz", type=_count, default=DEMO_IMAGES.imgsz, help=f"image side in pixels (default: {DEMO_IMAGES.imgsz})")
+    for flag, what in (("--train", "training images"), ("--val", "validation images"), ("--imgsz", "image side in pixels")):
+        default = getattr(DEMO_IMAGES, flag[2:])
+        data.add_argument(flag, type=_count, default=default, help=f"{what} (default: {default})")
 
     doctor = sub.add_parser("doctor", help="check this host (--inside: the image) and say how to fix each failure")
     doctor_cli.add_arguments(doctor)

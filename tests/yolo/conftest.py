@@ -33,8 +33,8 @@ def offline_ultralytics(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """data.yaml of the default demo dataset (32 train, 8 val images)."""
-    return write_demo_dataset(tmp_path_factory.mktemp("demo"))
+    """data.yaml of the demo dataset at the tests' size (32 train, 8 val images: half the demo's own)."""
+    return write_demo_dataset(tmp_path_factory.mktemp("demo"), train=32, val=8)
 
 
 @dataclass
