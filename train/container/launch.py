@@ -49,7 +49,7 @@ from trainbox.yolo import args, dataset, profiles
 RUN_LABEL = "io.trainbox.run"
 #: The compose project (the checkout) a run's container belongs to: `invoke logs/stop/status` look in their own.
 PROJECT_LABEL = "io.trainbox.project"
-#: Docker's container-name characters (the container is trainbox-NAME; runs/NAME is its directory).
+#: Docker's container-name characters (the container is <project>-NAME; runs/NAME is its directory).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_GRACE_S = 10.0
 
