@@ -161,13 +161,15 @@ def build(c, flavor=None, ca_cert=None, no_cache=False):
 def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, supervisor="", name=None, no_build=False):
     """Train in a container created from compose.yaml's service; Ctrl-C stops it gracefully."""
     environment = dict(pair.split("=", 1) for pair in launch.parse_pairs(env or [], "--env"))
+    overrides, supervisor_args = list(set_ or []), shlex.split(supervisor)
+    launch.check_arguments(profile, overrides, supervisor_args)  # a mistake is the only line, before the flavor's note
     request = launch.TrainRequest(
         profile=profile,
         flavor=_flavor(flavor),
         root=ROOT,
         data=Path(data) if data else None,
-        overrides=list(set_ or []),
-        supervisor_args=shlex.split(supervisor),
+        overrides=overrides,
+        supervisor_args=supervisor_args,
         environment=environment,
         run_name=name,
         build_missing=not no_build,

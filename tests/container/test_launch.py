@@ -101,7 +101,7 @@ def test_invoke_train_refuses_bad_input_before_making_anything(tmp_path: Path, g
     and a request that got that far would end in "Docker daemon not reachable"), so no container or image."""
     runs = tmp_path / "runs"
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "TRAINBOX_RUNS_HOST": str(runs)}
-    result = invoke(["train", "--flavor", "cpu", *given], env, timeout=120)
+    result = invoke(["train", *given], env, timeout=120)  # no --flavor: no note about the flavor chosen either
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trainbox: error: ") and message in lines[0], result.stderr
@@ -115,10 +115,9 @@ def test_the_host_checks_against_the_images_ultralytics_without_its_own(monkeypa
         raise args.OverrideError("ultralytics is not installed")
 
     monkeypatch.setattr(args, "default_cfg_path", not_installed)
-    good = launch.TrainRequest("safe", "cpu", Path("."), overrides=["epochs=5", "model=yolov8s.yaml", "amp=false"])
-    launch.check_arguments(good)
+    launch.check_arguments("safe", ["epochs=5", "model=yolov8s.yaml", "amp=false"], ["--stall-timeout", "60"])
     with pytest.raises(UserError, match=r"imgsz=\[1, 2\]: must be a whole number from 32 to 8192"):
-        launch.check_arguments(launch.TrainRequest("safe", "cpu", Path("."), overrides=["imgsz=[1, 2]"]))
+        launch.check_arguments("safe", ["imgsz=[1, 2]"], [])
 
 
 def test_a_failed_run_points_only_at_what_exists(tmp_path: Path) -> None:

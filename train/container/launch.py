@@ -94,14 +94,14 @@ class _SupervisorOptions(argparse.ArgumentParser):
         )
 
 
-def check_arguments(request: TrainRequest) -> None:
+def check_arguments(profile: str, overrides: List[str], supervisor_args: List[str]) -> None:
     """Refuse a bad profile, ``--set`` or ``--supervisor`` option as the training process would, before anything is made."""
-    profiles.load(request.profile)
-    given = args.check_pairs(parse_pairs(request.overrides, "--set"), args.pinned())
+    profiles.load(profile)
+    given = args.check_pairs(parse_pairs(overrides, "--set"), args.pinned())
     if "data" in given:
         raise UserError("--set data=: the dataset is --data PATH (mounted read-only; without it, the demo dataset)")
     try:
-        settings.SupervisorSettings.from_arguments(_SupervisorOptions().parse_args(request.supervisor_args))
+        settings.SupervisorSettings.from_arguments(_SupervisorOptions().parse_args(supervisor_args))
     except ValueError as exc:
         raise UserError(f"--supervisor: {exc}") from None
 
@@ -226,7 +226,7 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
 
     Every check on what the user gave comes before anything is written.
     """
-    check_arguments(request)
+    check_arguments(request.profile, request.overrides, request.supervisor_args)
     run_name = _valid_run_name(request.run_name or f"{request.profile}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     overrides = parse_pairs(request.overrides, "--set")
     found = _resolve_dataset(request.data) if request.data is not None else None
