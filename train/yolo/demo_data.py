@@ -14,20 +14,20 @@ moved or mounted anywhere.
 The demo (``trainbox demo``: ``invoke train`` and ``docker compose up`` without a
 dataset, and the native route) must show that the pipeline trains, not only that it
 runs: within a few CPU minutes, a from-scratch yolov8n reaches a mAP well above 0 and
-its training losses fall. What decides it is the number of optimizer steps, not of
-images: Ultralytics accumulates gradients up to a nominal batch of 64 (``nbs``), so
-32 images at ``batch=8`` made half an optimizer step per epoch, and its warm-up lasts
-at least 100 iterations, so a 3-epoch demo trained at a fraction of its learning rate
-throughout (mAP 0.0000 in every run). Hence :data:`DEMO_TRAIN_ARGS`: a step per batch
-(``nbs=8``), no warm-up, no mosaic (at 64 px it quarters every object), 15 epochs of
-64 images, 120 steps in all. Measured on this project's 2-core machine (2026-11-25;
+its training losses fall. What decides it is the number of optimizer steps at full
+learning rate, not of images: Ultralytics' warm-up lasts at least 100 iterations, its
+weights' learning rate climbing from 0, so the earlier demo (3 epochs of 2 batches)
+trained inside it throughout (mAP 0.0000 in every run); and past the warm-up it
+accumulates gradients up to a nominal batch of 64 images (``nbs``) per step. Hence
+:data:`DEMO_TRAIN_ARGS`: no warm-up, a step per batch (``nbs=8``), no mosaic (at 64 px
+it quarters every object), 15 epochs of 64 images, 120 steps in all. Measured on this project's 2-core machine (2026-11-25;
 other work kept its load at 5 to 19, so the wall time says little): mAP50 0 until
 epoch 9, then 0.18, 0.38, 0.44, 0.73, 0.87 and 0.90 at epoch 15; box, cls and dfl
 losses 3.95, 2.00, 2.04 at epoch 2 falling to 2.41, 0.95, 1.15 (the first epoch's are
 lower: Ultralytics' assigner matches few anchors to an untrained model); 7.4 CPU
-minutes. The same steps with Ultralytics' ``nbs=64`` needed 256 images and 10 epochs
-(mAP50 0.59, 6.2 CPU minutes); 128 images of larger objects at ``nbs=64`` reached no
-mAP in 7 epochs. The tests train on 32 + 8 images (``tests/supervised.py``).
+minutes. With Ultralytics' ``nbs=64`` (and no warm-up) 256 images at ``batch=16`` took
+10 epochs, 40 steps, for mAP50 0.59 (6.2 CPU minutes); 128 images of larger objects at
+``batch=8``, two steps an epoch, reached no mAP in 7 epochs. The tests train on 32 + 8 images (``tests/supervised.py``).
 """
 
 from __future__ import annotations
