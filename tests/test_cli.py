@@ -34,3 +34,11 @@ def test_demo_refuses_a_dataset_of_its_own(tmp_path: Path, capsys: pytest.Captur
         "trainbox: error: demo trains its own dataset: for yours, `python -m trainbox run --profile NAME data=PATH`\n"
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_demo_refuses_bad_input_before_writing_its_dataset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["demo", "--run-dir", str(tmp_path / "run"), "epochs=abc"]) == 2
+    assert capsys.readouterr().err == "trainbox: error: epochs=abc: expected int\n"
+    assert cli.main(["demo", "--run-dir", str(tmp_path / "run"), "--profile", "saef"]) == 2
+    assert "unknown profile 'saef'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

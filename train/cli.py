@@ -170,9 +170,12 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """``run`` on the demo dataset, written into the run directory, with the demo's arguments under the user's."""
-    given = {pair.partition("=")[0].strip() for pair in args.overrides}
+    from trainbox.yolo.args import check_pairs
+
+    given = check_pairs(args.overrides)  # bad input is refused before the dataset is written, as by `run`
     if "data" in given:
         raise UserError("demo trains its own dataset: for yours, `python -m trainbox run --profile NAME data=PATH`")
+    profiles.load(args.profile, args.profiles_dir or profiles.default_profiles_dir())
     data_yaml = _write_demo_data(RunDir(args.run_dir).demo_data, DEMO_IMAGES.train, DEMO_IMAGES.val, DEMO_IMAGES.imgsz)
     defaults = [pair for pair in DEMO_TRAIN_ARGS if pair.partition("=")[0] not in given]
     args.overrides = [*defaults, *args.overrides, f"data={data_yaml}"]
