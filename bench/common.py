@@ -57,8 +57,9 @@ def span(stat: Dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
 
 
 def cli_env(env: Dict[str, str]) -> Dict[str, str]:
-    """This environment, with this checkout's trainbox importable and ``env`` on top."""
-    return dict(os.environ, PYTHONPATH=str(REPO), **env)
+    """This environment, with this checkout's trainbox importable and ``env`` on top (its ``PYTHONPATH`` first)."""
+    paths = (env.get("PYTHONPATH"), str(REPO), os.environ.get("PYTHONPATH"))
+    return {**os.environ, **env, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
 
 
 def train_cli(args: List[str], env: Dict[str, str], timeout: float = 1800) -> int:

@@ -2,7 +2,7 @@
 cause-aware stalls side by side with the clock alone (today).
 
     python bench/stalls.py [--repeat 3] [--budget 5] [--yolo-repeat 1] [--rank-repeat 1] [--cause-repeat 1]
-                           [--idle-timeout 120]
+                           [--idle-timeout 120] [--uninstrumented-repeat 0]
 
 Each run supervises the beating child of ``trainbox.faults`` with a hang armed for
 attempt 0; attempt 1 runs to completion. From the events: how late after the
@@ -16,6 +16,12 @@ gloo, CPU), whose rank 1 hangs in epoch 1: budget -> the whole job gone
 (the latest of the ranks' first beats with a step, each rank's own timestamp,
 read from its heartbeat file while the run goes on). Written to
 ``stalls-ranks``; the rest to ``stalls``.
+
+``--uninstrumented-repeat``: commands that never call ``beat()``, supervised by the counters their output shows
+(a plain tqdm loop, tests/fixtures/output/programs/tqdm_loop.py, and Ultralytics' own ``yolo train``, offline as
+``trainbox run`` makes it), each hung by trainbox.faults' ``output`` site (tests/fixtures/uninstrumented): from the
+last counter read (the hang, to within one redraw) to the stall being called, as the supervisor measured it, and
+how late after the budget that was. Written to ``stalls-uninstrumented``.
 
 Cause-aware (``causes()``), each measured, never computed, except where "today" would mean waiting out a 1200 s
 budget (its figure is then the budget, which the first table shows is met within a fraction of a second):
@@ -35,6 +41,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -50,6 +57,7 @@ from trainbox.diagnose.causes import classify
 from trainbox.diagnose.evidence import SAMPLE_EVERY_S
 from trainbox.diagnose.window import Window
 from trainbox.rundir.layout import IncidentDir, RunDir
+from trainbox.yolo import offline
 
 KINDS = ["sleep", "lock", "spin", "fork", "ignore-sigterm", "setsid"]
 #: The cause each hang is (the classifier's accuracy is judged against these).
@@ -71,6 +79,20 @@ YOLO_KINDS = {
 }
 BACKOFF_S = 0.5
 GRACE_S = 2.0
+#: Uninstrumented commands and where they hang: (command, fault, budgets; None: ``--budget``). The tqdm loop's 21st
+#: line end is step 20's draw; Ultralytics' 52nd falls in its first epoch's bar (tests/yolo/test_uninstrumented.py).
+#: ``yolo train`` has stretches without a counter (stripping the optimizer, fusing the model for its final
+#: validation: over 10 s on 2 busy cores), so its stall budget is long and its idle hang is found by the idle rule.
+UNINSTRUMENTED = {
+    "tqdm loop, hung at step 20": ("tqdm", "sleep@output,attempt=0,lines>=21", ["--startup-timeout", "30"]),
+    "yolo train, hung in epoch 1": (
+        "yolo",
+        "sleep@output,attempt=0,lines>=52",
+        ["--startup-timeout", "120", "--stall-timeout", "60", "--idle-timeout", "10"],
+    ),
+}
+#: The injector's folder (its sitecustomize arms the output site in any Python program started with it on PYTHONPATH).
+INJECTOR = REPO / "tests" / "fixtures" / "uninstrumented"
 #: The torchrun job: 2 DDP ranks of the example, 4 batches per rank and epoch; rank 1 hangs in epoch 1.
 RANKS = 2
 RANK_JOB = [str(REPO / "examples" / "plain_pytorch.py"), "--samples", "64", "--batch", "8", "--workers", "0", "--epochs", "2"]
@@ -127,6 +149,78 @@ def measure_yolo(profile: str, fault: str, startup: int, data: Path) -> Tuple[Di
     figures = stall_figures(fault, code, history)
     figures.pop("incident_bytes")
     return figures, next(e for e in history if e["event"] == "stall")["cause"]
+
+
+def uninstrumented_command(kind: str, work: Path) -> List[str]:
+    if kind == "tqdm":
+        loop = REPO / "tests" / "fixtures" / "output" / "programs" / "tqdm_loop.py"
+        return [sys.executable, str(loop), "--epochs", "1", "--steps", "40", "--delay", "0.1"]
+    data = work / "data"
+    train_cli(["demo-data", str(data), "--imgsz", "64"], {})
+    yolo = str(Path(sys.executable).parent / "yolo")
+    train = ["model=yolov8n.yaml", f"data={data / 'data.yaml'}", "epochs=2", "imgsz=64", "batch=8", "device=cpu"]
+    return [yolo, "train", *train, "workers=0", "plots=False", "amp=False", f"project={work}", "name=train", "exist_ok=True"]
+
+
+def measure_uninstrumented(label: str, budget: float) -> Dict[str, float]:
+    kind, fault, budgets = UNINSTRUMENTED[label]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        offline.prepare_environment(work / "ultralytics-config")  # as `trainbox run` makes it, for `yolo train`
+        run_dir = work / "run"
+        args = ["supervise", "--run-dir", str(run_dir), "--stall-timeout", str(budget), *budgets]
+        args += ["--grace", str(GRACE_S), "--backoff", str(BACKOFF_S)]
+        env = {"TRAIN_FAULT": fault, "PYTHONPATH": str(INJECTOR)}
+        code = train_cli([*args, "--quiet", "--", *uninstrumented_command(kind, work)], env)
+        history = events(run_dir)
+    figures = stall_figures(label, code, history)
+    stall = next(e for e in history if e["event"] == "stall")
+    if not (stall.get("last_beat") or {}).get("pattern"):
+        raise SystemExit(f"{label}: the stall was not judged by a counter read from the output: {stall}")
+    figures["hang_to_found_s"] = stall["silent_s"]
+    figures["found_to_gone_s"] = stall["incident_s"] + stall["kill_s"]
+    figures.pop("incident_bytes")
+    RULES.setdefault(label, []).append(stall["rule"])
+    return figures
+
+
+#: The rule that called each uninstrumented stall (budget, idle), in run order.
+RULES: Dict[str, List[str]] = {}
+
+
+def report_uninstrumented(repeat: int, budget: float) -> None:
+    load_before = os.getloadavg()
+    runs: Dict[str, List[Dict[str, float]]] = {label: [] for label in UNINSTRUMENTED}
+    for round_ in range(repeat):
+        for label in UNINSTRUMENTED:  # interleaved
+            runs[label].append(measure_uninstrumented(label, budget))
+            print(f"round {round_ + 1}/{repeat} {label}: {runs[label][-1]}", flush=True)
+    load = [round(x, 2) for x in (*load_before, *os.getloadavg())]
+    table = {label: {m: summary([r[m] for r in rows]) for m in rows[0]} for label, rows in runs.items()}
+    metrics = ("hang_to_found_s", "found_to_gone_s", "kill_to_first_beat_s")
+    lines = [
+        f"# Stalls of commands that never call beat() ({repeat} run(s) each, grace {GRACE_S:g} s, backoff {BACKOFF_S} s)",
+        "",
+        f"Command: `python bench/stalls.py --repeat 0 --yolo-repeat 0 --cause-repeat 0 --rank-repeat 0 "
+        f"--uninstrumented-repeat {repeat} --budget {budget:g}`. Progress is the counter read from the output (no "
+        "heartbeat file); the hang is trainbox.faults' `output` site. Medians, [min–max]. Load average (1, 5, 15 min) "
+        f"before {load[:3]}, after {load[3:]}.",
+        "",
+        "| command | budgets | rule | last counter read (the hang) → stall called s | budget → called s "
+        "| called → tree gone s | gone → first counter of the restarted attempt s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, row in table.items():
+        given = UNINSTRUMENTED[label][2]
+        budgets = " ".join(given) if "--stall-timeout" in given else f"--stall-timeout {budget:g}"
+        rules = ", ".join(sorted(set(RULES[label])))
+        late = span(row["detect_late_s"]) if rules == "budget" else "— (idle rule)"
+        cells = [span(row[metrics[0]]), late, *(span(row[m]) for m in metrics[1:])]
+        lines.append(f"| {label} | `{budgets}` | {rules} | " + " | ".join(cells) + " |")
+    data = {"grace_s": GRACE_S, "backoff_s": BACKOFF_S, "load_average": load, "commands": table}
+    path = write_results("stalls-uninstrumented", data, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"results: {path}")
 
 
 def measure_ranks(budget: float) -> Dict[str, float]:
@@ -339,7 +433,10 @@ def main() -> int:
     parser.add_argument("--rank-repeat", type=int, default=1, help="runs of the 2-rank torchrun hang (0: none)")
     parser.add_argument("--cause-repeat", type=int, default=1, help="runs of each cause-aware scenario (0: none)")
     parser.add_argument("--idle-timeout", type=float, default=120.0, help="--idle-timeout of the cause-aware runs")
+    parser.add_argument("--uninstrumented-repeat", type=int, default=0, help="runs of each uninstrumented hang (0: none)")
     args = parser.parse_args()
+    if args.uninstrumented_repeat:
+        report_uninstrumented(args.uninstrumented_repeat, args.budget)
     if args.rank_repeat:
         report_ranks(args.rank_repeat, args.budget)
     samples: Dict[str, List[Dict[str, float]]] = {k: [] for k in KINDS}

@@ -25,6 +25,7 @@ from tests.hosts import h100_host, host_copy  # noqa: F401  (fixtures for every 
 LAYER_OF_FIXTURE = {"docker_api": "docker", "engine1": "docker", "engine2": "docker", "demo_data": "training"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks it adds
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     for item in items:
         for fixture, layer in LAYER_OF_FIXTURE.items():

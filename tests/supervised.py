@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,6 +100,16 @@ def survivors(run_dir: Path) -> List[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def program(*names: str, package: str) -> str:
+    """The first of ``names`` on PATH (or in /usr/sbin, where sendmail lives); fails the test, never skips it, naming
+    the Debian package to install (.ci/docker-setup.sh installs each one a test names; tests/container checks that)."""
+    for name in names:
+        found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+        if found:
+            return found
+    pytest.fail(f"this test needs {names[0]}: apt-get install -y {package}")
 
 
 def wait_for(condition: Any, timeout: float = 30, what: str = "the condition") -> None:

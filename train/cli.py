@@ -18,10 +18,13 @@ from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.rundir import exit_record
 from trainbox.rundir.layout import RunDir
+from trainbox.supervise import command_ladder
+from trainbox.supervise.command_ladder import CommandLadder
 from trainbox.supervise.planner import Launch, Planner
-from trainbox.supervise.settings import LAUNCH_SETTINGS, SupervisorSettings
+from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, SupervisorSettings
 from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
+from trainbox.view import metrics as run_metrics
 from trainbox.view import status as run_status
 from trainbox.yolo import kernels, profiles
 from trainbox.yolo.demo_data import DEMO_IMAGES, DEMO_TRAIN_ARGS
@@ -63,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     supervise = sub.add_parser("supervise", help="supervise any command: python -m trainbox supervise [options] -- CMD ...")
     _add_supervisor_options(supervise, budgets_from_profile=False)
+    supervise.add_argument(
+        "--ladder",
+        type=Path,
+        metavar="FILE",
+        help="YAML rungs from fast to careful ({name, args, env}): each attempt appends its rung's args to CMD and "
+        "adds its env; a stall steps down by its cause (README: 'A ladder for any command')",
+    )
 
     run = sub.add_parser("run", help="supervised Ultralytics training with a profile")
     run.add_argument("--profile", required=True, help="profile name from env/profiles (safe, balanced, fast, ...)")
@@ -89,12 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_cli.add_arguments(doctor)
     warm = sub.add_parser("warmup", help="compile and cache MIOpen kernels at a run's shapes before training")
     kernels.add_arguments(warm)
+    _add_run_readers(sub)
+    return parser
 
+
+def _add_run_readers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """The commands that read a run directory: health, status, report, metrics."""
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
     health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
     health.add_argument(
         "--act", action="store_true", help="end a hung supervisor: stack dump, supervisor_hung event, SIGKILL (HEALTHCHECK)"
     )
+    for setting in (NOTIFY, NOTIFY_ON):  # --act tells of the hang itself: the hung supervisor cannot
+        setting.add_to(health)
 
     status = sub.add_parser("status", help="where a run stands; --watch: a live view until Ctrl-C")
     status.add_argument(
@@ -109,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     report.add_argument("--out", type=Path, default=None, help="the HTML file to write (default: RUN_DIR/report.html)")
     report.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}, for the summary's verdict")
-    return parser
+    metrics = sub.add_parser("metrics", help="the run's Prometheus metrics: a node_exporter textfile, or /metrics over HTTP")
+    run_metrics.add_arguments(metrics)
 
 
 def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
@@ -117,7 +135,10 @@ def _spec(args: argparse.Namespace, planner: Planner) -> SupervisorSpec:
         settings = SupervisorSettings.from_arguments(args)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    return SupervisorSpec(run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet, on_end=_refresh_report)
+    textfile = run_metrics.Keeper(Path(settings.metrics_textfile)) if settings.metrics_textfile else None
+    return SupervisorSpec(
+        run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet, on_end=_refresh_report, on_publish=textfile
+    )
 
 
 def _refresh_report(run: RunDir) -> None:
@@ -139,7 +160,8 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
-    return Supervisor(_spec(args, Planner(launch))).run()
+    planner = CommandLadder(launch, command_ladder.load(args.ladder)) if args.ladder else Planner(launch)
+    return Supervisor(_spec(args, planner)).run()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -183,9 +205,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from trainbox.supervise.health import check
+    from trainbox.supervise.health import Notify, check
+    from trainbox.supervise.notify import parse_command, parse_events
 
-    healthy, why = check(args.run_dir, act=args.act)
+    tell = Notify(parse_command(args.notify) if args.notify else (), parse_events(args.notify_on))
+    healthy, why = check(args.run_dir, act=args.act, tell=tell)
     print(("healthy: " if healthy else "unhealthy: ") + why)
     return 0 if healthy else 1
 
@@ -244,6 +268,7 @@ def _main(own: List[str], command: List[str]) -> int:
             "warmup": kernels.main,
             "status": _status,
             "report": _report,
+            "metrics": run_metrics.main,
         }
         return handlers[args.command](args)
     except UserError as exc:

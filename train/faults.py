@@ -15,6 +15,13 @@ supervisors of the run hung in a row before this one), so that
 ``TRAIN_FAULT="wait@supervisor,hangs=0,epoch>=2"`` hangs only the first one.
 The compile faults run for ``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
 
+A program that has no ``point()`` of its own (``yolo train``, a plain tqdm loop: the uninstrumented commands
+``trainbox supervise`` reads progress from) gets one site, ``output``: :func:`watch_output`, called at start-up by
+``tests/fixtures/uninstrumented/sitecustomize.py`` (put that folder on ``PYTHONPATH``), makes every write of the
+main thread to ``sys.stdout`` or ``sys.stderr`` the site, with ``lines``: the line ends (``\n``, and ``\r``, a
+progress bar's redraw) the main thread has written so far. ``sleep@output,attempt=0,lines>=40`` hangs the main
+thread just before it draws its 40th line or bar state, while its other threads go on printing.
+
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
 beating child for supervisor tests (see ``main``).
@@ -31,7 +38,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from trainbox.heartbeat import ATTEMPT_ENV
 
 FAULT_ENV = "TRAIN_FAULT"
 #: How long the compile faults work before they let the child go on.
@@ -273,11 +282,46 @@ def point(site: str, **context: object) -> None:
     """Fire the first armed fault whose site and conditions match here."""
     if not os.environ.get(FAULT_ENV):
         return
-    context.setdefault("attempt", os.environ.get("TRAIN_ATTEMPT", "0"))
+    context.setdefault("attempt", os.environ.get(ATTEMPT_ENV, "0"))
     context.setdefault("rank", os.environ.get("RANK"))
     for fault in armed():
         if fault.matches(site, context):
             KINDS[fault.kind]()
+
+
+#: The fault site of a program's own output (see the module docstring).
+OUTPUT_SITE = "output"
+
+
+class _WatchedStream:
+    """``sys.stdout`` or ``sys.stderr``, its main thread's writes made the ``output`` site (everything else passes)."""
+
+    def __init__(self, stream: Any, written: List[int]) -> None:
+        self._stream = stream
+        self._written = written  # line ends the main thread wrote, to both streams: one shared counter
+
+    def write(self, text: str) -> int:
+        if threading.current_thread() is threading.main_thread():
+            point(OUTPUT_SITE, lines=self._written[0])
+            self._written[0] += text.count("\n") + text.count("\r")
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def watch_output() -> bool:
+    """Make the main thread's output the ``output`` fault site, when an armed fault names it; whether it did.
+
+    Only in a supervised child (``TRAIN_ATTEMPT`` set): the supervisor, started with the same environment, must
+    never hang on its own messages.
+    """
+    if ATTEMPT_ENV not in os.environ or not any(fault.site == OUTPUT_SITE for fault in armed()):
+        return False
+    written = [0]
+    sys.stdout = _WatchedStream(sys.stdout, written)
+    sys.stderr = _WatchedStream(sys.stderr, written)
+    return True
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -357,3 +357,60 @@ def test_ci_runs_the_readmes_test_command() -> None:
     command = section.split("```sh\n", 1)[1].split("\n", 1)[0]
     last = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line.strip()][-1]
     assert last == f"{command} -ra", (command, last)
+
+
+# -- telling the person and their tools (issue 31) -----------------------------------------------------------------------------
+def test_the_metrics_service_serves_one_run_read_only_on_loopback() -> None:
+    from trainbox.cli import build_parser
+    from trainbox.view import metrics
+
+    values = variables()
+    service = compose.load(values)["services"]["metrics"]
+    runs = f"{values['TRAINBOX_RUNS']}/{values['TRAINBOX_RUN_NAME']}"
+    assert service["profiles"] == ["metrics"] and "build" not in service and service["pull_policy"] == "never"
+    assert service["image"] == f"trainbox:{values['COMPOSE_PROFILES']}", "the image training uses: nothing else to build"
+    args = build_parser().parse_args(service["command"])
+    assert args.command == "metrics" and str(args.run_dir) == runs
+    host, port = metrics.parse_address(args.serve)
+    (published,) = service["ports"]
+    address, host_port, container_port = published.split(":")
+    assert address == "127.0.0.1" and int(container_port) == port and host_port.isdigit(), "loopback of the host only"
+    assert host == metrics.ANY_ADDRESS, "inside, it must listen where Docker forwards to"
+    (volume,) = service["volumes"]
+    assert volume["type"] == "bind" and volume["target"] == runs and volume["read_only"], "its own run, read-only"
+    assert volume["source"].endswith(f"/{values['TRAINBOX_RUN_NAME']}")
+    assert service["cap_drop"] == ["ALL"] and service["read_only"] and service["healthcheck"] == {"disable": True}
+    assert "devices" not in service and "network_mode" not in service and re.fullmatch(r"\d+:\d+", service["user"])
+
+
+def test_the_notify_and_metrics_settings_reach_the_supervisor_and_its_health_check() -> None:
+    """What the supervisor and `health --act` read from their environment (settings.py), compose passes on."""
+    from trainbox.supervise.settings import SETTINGS
+
+    raw = yaml.safe_load((ROOT / "compose.yaml").read_text())["x-train"]["environment"]
+    from_env = [setting.env for setting in SETTINGS if setting.env]
+    assert from_env == ["TRAINBOX_NOTIFY", "TRAINBOX_NOTIFY_ON", "TRAINBOX_METRICS_TEXTFILE"]
+    for name in from_env:
+        assert raw[name] == f"${{{name}-}}", name  # unset: empty, which the settings read as their default
+    cpu = compose.service("cpu", {**variables(), "TRAINBOX_NOTIFY": "/runs/demo/notify.sh"}, ROOT)
+    assert cpu.environment["TRAINBOX_NOTIFY"] == "/runs/demo/notify.sh"
+
+
+def test_health_act_tells_and_kills_within_the_health_checks_timeout() -> None:
+    """`health --act` waits for its notifier before the kill (in a container the kill ends it): all of it must fit."""
+    from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S
+    from trainbox.supervise import notify
+
+    check = compose.service("cpu", variables(), ROOT).healthcheck or {}
+    worst_s = FAULTHANDLER_WAIT_S + notify.CLOSE_S + notify.ABORT_S
+    assert worst_s < check["timeout"] / 1e9 - 2, (worst_s, check["timeout"])
+
+
+def test_ci_installs_every_program_a_test_needs() -> None:
+    """A test that lacks a program fails (never skips), naming its Debian package: CI must install each one."""
+    named = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        named |= set(re.findall(r'program\([^)]*package="([^"]+)"\)', path.read_text()))
+    assert named >= {"prometheus-node-exporter", "prometheus", "msmtp-mta", "curl"}
+    installed = set(re.findall(r"missing\+=\(([\w.-]+)\)", (ROOT / ".ci/docker-setup.sh").read_text()))
+    assert named <= installed, sorted(named - installed)

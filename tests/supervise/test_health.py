@@ -127,11 +127,11 @@ def running_state(run_dir: Path) -> Dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def act_until_it_acts(run_dir: Path, timeout: float) -> Finished:
+def act_until_it_acts(run_dir: Path, timeout: float, env: Optional[Dict[str, str]] = None) -> Finished:
     """Run `health --act` every half second, as a (fast) HEALTHCHECK would, until it ends the supervisor."""
     deadline = time.monotonic() + timeout
     while True:
-        health = train_cli(["health", "--act", "--run-dir", str(run_dir)], run_dir, timeout=60)
+        health = train_cli(["health", "--act", "--run-dir", str(run_dir)], run_dir, env=env, timeout=60)
         if health.stdout.startswith("unhealthy: supervisor pid") or time.monotonic() > deadline:
             return health
         time.sleep(0.5)
@@ -161,6 +161,23 @@ def test_a_frozen_supervisor_is_ended_with_its_stacks_and_its_child(tmp_path: Pa
         proc.send_signal(signal.SIGSTOP)
         health = act_until_it_acts(tmp_path, timeout=HUNG_AFTER_S + 30)
         assert assert_ended(proc, tmp_path, child_pid, health, "supervisor.py") == "T"  # stopped
+
+
+def test_act_tells_of_the_hang_itself_with_the_notifier_from_its_environment(tmp_path: Path) -> None:
+    """As compose gives the health check TRAINBOX_NOTIFY: the event as written, told before the kill."""
+    told = tmp_path / "told.txt"
+    notifier = tmp_path / "tell.sh"
+    notifier.write_text(f'#!/bin/sh\n{{ printf "%s " "$TRAINBOX_EVENT"; cat; }} >> {told}\n')
+    notifier.chmod(0o755)
+    run_dir = tmp_path / "run"
+    with supervised(run_dir, "--notify", str(notifier)) as proc:  # the hung supervisor's own notifier cannot tell
+        child_pid = running_state(run_dir)["child_pid"]
+        proc.send_signal(signal.SIGSTOP)
+        env = {"TRAINBOX_NOTIFY": str(notifier), "TRAINBOX_NOTIFY_ON": "supervisor_hung"}
+        health = act_until_it_acts(run_dir, timeout=HUNG_AFTER_S + 30, env=env)
+        assert_ended(proc, run_dir, child_pid, health, "supervisor.py")
+    name, body = told.read_text().split(" ", 1)
+    assert name == "supervisor_hung" and json.loads(body) == read_events(run_dir)[-1]
 
 
 def test_a_supervisor_blocked_in_a_wait_is_ended(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -23,9 +23,12 @@ from trainbox.errors import DiskFull, ExitCode
 from trainbox.rundir.events import EventLog, read_events
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import InvalidTransition, State
+from trainbox.supervise import record as record_module
 from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.command_ladder import CommandLadder, Rung
+from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.planner import Launch, Planner
-from trainbox.supervise.policy import Outcome, OutcomeKind
+from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
@@ -80,6 +83,22 @@ def stalls(at: str = "phase train, step 4", cause: str = "loader_deadlock") -> S
     return step
 
 
+def stalls_showing_nothing(output_works: bool) -> Step:
+    """A stall before any beat or counter; ``output_works``: its output was still coming (a command that ran)."""
+
+    def step(record: Record, number: int, launch: Launch) -> Outcome:
+        outcome = Outcome(OutcomeKind.STALLED, output_works=output_works)
+        record.count(outcome)
+        record.set_state(State.STALLED)
+        record.emit("stall", number, action="restart", cause="idle", at=None)
+        outcome.detail.update(budget="startup", budget_s=10.0, silent_s=10.5, phase=None, incident=None)
+        outcome.detail.update(cause="idle", evidence=["scripted"], at=None, rule="budget")
+        outcome.detail.update(progress_source="none", last_output=["loading shard 3 of 9"] if output_works else [])
+        return outcome
+
+    return step
+
+
 def disk_full(record: Record, number: int, launch: Launch) -> Outcome:
     raise DiskFull.writing(record.run_dir.events, OSError(28, "No space left on device"))
 
@@ -94,10 +113,18 @@ def signalled(record: Record, number: int, launch: Launch) -> Outcome:
 class Run:
     """One supervised run of a script, in-process, and what it left behind."""
 
-    def __init__(self, tmp_path: Path, steps: List[Step], settings: SupervisorSettings = FAST) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        steps: List[Step],
+        settings: SupervisorSettings = FAST,
+        on_publish: Optional[Callable[[RunDir], None]] = None,
+        rungs: Sequence[Rung] = (),
+    ) -> None:
         self.ended: List[RunDir] = []
         launch = Launch(argv=["train.py"], startup_timeout=10.0, stall_timeout=5.0)
-        spec = SupervisorSpec(tmp_path, Planner(launch), settings, echo=False, on_end=self.ended.append)
+        planner = CommandLadder(launch, rungs) if rungs else Planner(launch)
+        spec = SupervisorSpec(tmp_path, planner, settings, echo=False, on_end=self.ended.append, on_publish=on_publish)
         self.script: Script
         self.supervisor = Supervisor(spec, attempts=self._script(steps))
         self.run_dir = self.supervisor.run_dir
@@ -159,6 +186,43 @@ def test_two_attempts_without_a_beat_are_a_configuration_error(tmp_path: Path) -
     assert run() == ExitCode.MISCONFIGURED
     assert run.one("give_up")["reason"] == "misconfigured" and run.one("exit")["reason"] == "misconfigured"
     assert run.state()["state"] == "misconfigured"
+
+
+def test_two_attempts_that_ran_without_readable_progress_are_not_a_configuration_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = Run(tmp_path, [stalls_showing_nothing(output_works=True)] * 2 + [exits(0)])
+    assert run() == ExitCode.GAVE_UP
+    assert run.one("give_up")["reason"] == NO_PROGRESS_READ and run.state()["state"] == "gave_up"
+    said = capsys.readouterr().err
+    assert "configuration error" not in said and HOW_TO_GIVE_PROGRESS in said and "loading shard 3 of 9" in said
+    assert len(run.script.steps) == 1, "not restarted again: every attempt would be stopped the same way"
+
+
+def test_two_silent_startups_are_a_configuration_error_and_told_how_to_give_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run = Run(tmp_path, [stalls_showing_nothing(output_works=False)] * 2)
+    assert run() == ExitCode.MISCONFIGURED
+    said = capsys.readouterr().err
+    assert "configuration error" in said and HOW_TO_GIVE_PROGRESS in said and "(no output)" in said
+
+
+def test_a_ladder_file_steps_the_command_down_after_a_stall(tmp_path: Path) -> None:
+    rungs = [Rung(name="fast", args=["--workers", "4"]), Rung(name="careful", args=["--workers", "0"], env={"X": "1"})]
+    steps = [stalls(f"phase train, step 4, profile {rung}", "loader_deadlock") for rung in ("fast", "careful")]
+    run = Run(tmp_path, [*steps, exits(0)], rungs=rungs)
+    assert run() == ExitCode.OK, "the same place on another rung is another try"
+    assert [(launch.profile, list(launch.argv)) for launch in run.script.launches] == [
+        ("fast", ["train.py", "--workers", "4"]),
+        ("careful", ["train.py", "--workers", "0"]),
+        ("careful", ["train.py", "--workers", "0"]),
+    ]
+    starts = [record["profile"] for record in run.events if record["event"] == "start"]
+    restarts = [(r["previous_profile"], r["profile"], r["reason"]) for r in run.events if r["event"] == "restart"]
+    assert starts == ["fast", "careful", "careful"]
+    assert restarts[0] == ("fast", "careful", "loader_deadlock: down the ladder to careful")
+    assert restarts[1][2] == "loader_deadlock: careful again: no rung left below it"
 
 
 def test_the_restart_budget_is_kept(tmp_path: Path) -> None:
@@ -229,3 +293,75 @@ def test_every_ending_counts_in_its_exit_event(tmp_path: Path) -> None:
         (exit_event,) = [record for record in run.events if record["event"] == "exit"]
         assert {"restarts", "stalls", "crashes", "code", "reason"} <= set(exit_event), (name, exit_event)
         assert exit_event["code"] == run.code, name
+
+
+# -- telling the person and their tools --------------------------------------------------------------------------------------
+def teller(tmp_path: Path) -> Tuple[Path, Path]:
+    """A real notifier (a shell script) that appends ``NAME JSON`` for each event it is given; and where it writes."""
+    told = tmp_path / "told.txt"
+    script = tmp_path / "tell.sh"
+    script.write_text(f'#!/bin/sh\n{{ printf "%s " "$TRAINBOX_EVENT"; cat; }} >> {told}\n')
+    script.chmod(0o755)
+    return script, told
+
+
+def test_every_chosen_event_is_told_in_order_and_the_last_before_run_returns(tmp_path: Path) -> None:
+    script, told = teller(tmp_path)
+    chosen = ("stall", "restart", "give_up", "exit")
+    settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0, notify=str(script), notify_on=",".join(chosen))
+    run = Run(tmp_path / "run", [stalls(), stalls()], settings)
+    assert run() == ExitCode.GAVE_UP
+    lines = [line.split(" ", 1) for line in told.read_text().splitlines()]  # complete: run() closed the notifier
+    assert [name for name, _ in lines] == ["stall", "restart", "stall", "give_up", "exit"]
+    assert [json.loads(body) for _, body in lines] == [e for e in run.events if e["event"] in chosen]
+
+
+def test_a_missing_notifier_is_one_line_and_one_event_and_the_run_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-notifier"
+    settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0, notify=f"{missing} --loud", notify_on="stall,exit")
+    run = Run(tmp_path / "run", [stalls(), exits(0)], settings)
+    assert run() == ExitCode.OK
+    said = [line for line in capsys.readouterr().err.splitlines() if "notif" in line]
+    assert said == [
+        f"trainbox: notify: notifier {missing} cannot start: not found, or not executable (said once; the run goes on)"
+    ]
+    assert run.names() == ["notify_failed", "start", "stall", "restart", "start", "exit"]
+    assert run.one("notify_failed")["kind"] == "start"
+
+
+def test_an_ending_that_cannot_be_written_is_still_told(tmp_path: Path) -> None:
+    record = Record(RunDir(tmp_path))
+    RunDir(tmp_path).events.mkdir()  # every append fails, as on a full disk
+    heard: List[Dict[str, Any]] = []
+    record.listen(heard.append)
+    told = record.emit_best_effort("exit", 2, code=ExitCode.DISK_FULL, reason="disk full")
+    assert heard == [told] and told["event"] == "exit" and told["reason"] == "disk full"
+
+
+def test_the_metrics_hook_runs_on_news_at_once_and_otherwise_every_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(record_module.time, "monotonic", lambda: clock[0])
+    calls: List[float] = []
+    record = Record(RunDir(tmp_path), on_publish=lambda run: calls.append(clock[0]))
+    for _ in range(30):  # 15 s of publishing every half second, as the monitor does
+        record.publish()
+        clock[0] += 0.5
+    assert calls == [1000.0, 1005.0, 1010.0]
+    record.set_state(State.RUNNING)  # news: at once
+    assert calls[-1] == clock[0] and len(calls) == 4
+
+
+def test_the_metrics_hook_sees_the_run_as_it_ended(tmp_path: Path) -> None:
+    seen: List[Tuple[str, List[str]]] = []
+
+    def look(run: RunDir) -> None:
+        seen.append((json.loads(run.state.read_text())["state"], [e["event"] for e in read_events(run.events)]))
+
+    run = Run(tmp_path, [stalls(), exits(0)], on_publish=look)
+    assert run() == ExitCode.OK
+    assert seen[-1] == ("succeeded", run.names())
+    assert {state for state, _ in seen} >= {"starting", "stalled", "backoff", "succeeded"}

@@ -15,6 +15,7 @@ import pytest
 from trainbox.diagnose.causes import Cause
 from trainbox.supervise.policy import (
     NO_BEAT_ATTEMPTS,
+    NO_PROGRESS_READ,
     RETRIES,
     CauseStreak,
     Counters,
@@ -161,6 +162,21 @@ def test_repeat_rule_needs_the_same_place_in_a_row_and_no_rung_left() -> None:
         counters = decision.counters
     assert decision.verdict is Verdict.GAVE_UP and counters.restarts == 2
     assert position(None) is None and position({}) is None, "before the first beat the no-beat rule applies"
+
+
+def test_a_place_says_what_the_beat_says() -> None:
+    assert position({"phase": "train", "epoch": 2, "step": 40}) == "phase train, epoch 2 step 40", "no 'batch ?'"
+    assert position({"epoch": 3}) == "epoch 3"
+    assert position({"batch": 5, "step": 9}) == "epoch ? batch 5"
+    assert position({"phase": "val"}) == "phase val"
+
+
+def test_no_beat_rule_an_attempt_whose_output_ran_is_a_run_without_readable_progress() -> None:
+    ran = Outcome(OutcomeKind.STALLED, output_works=True)
+    assert verdicts(script([ran, ran])) == [Verdict.RESTART, Verdict.GAVE_UP]
+    assert script([ran, ran])[-1].reason == NO_PROGRESS_READ
+    assert verdicts(script([ran, stall(0)])) == [Verdict.RESTART, Verdict.MISCONFIGURED], "the last attempt's output says"
+    assert verdicts(script([stall(0), crash(0)])) == [Verdict.RESTART, Verdict.MISCONFIGURED]
 
 
 def test_restart_budget_reason() -> None:

@@ -143,3 +143,22 @@ def test_a_finished_run_says_when_and_how_it_ended_and_nothing_else(tmp_path: Pa
     assert lines[2] == "trained   epoch 3/10"
     text = "\n".join(lines)
     assert not any(word in text for word in ("health", "phase", "eta", "last beat", "img/s")), text
+
+
+def test_a_child_that_does_not_beat_shows_the_counter_read_from_its_output_and_its_rung(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    read = {"phase": "train", "epoch": 0, "batch": 20, "batches": 40, "pattern": "tqdm", "ts": NOW - 3}
+    state = {"state": "running", "attempt": 1, "profile": "careful", "progress_source": "output", "heartbeat": read}
+    (run / "state.json").write_text(json.dumps(state))
+    lines = status.render(run, status.read(run), now=NOW)
+    assert "state     running (attempt 1, profile careful)" in lines, "the profile, or a ladder file's rung"
+    assert "progress  epoch 0, batch 20/40, phase train, last beat 0m03s ago (read from its output: tqdm)" in lines
+    state["heartbeat"] = {"step": 1200, "pattern": "words", "ts": "not a time"}
+    (run / "state.json").write_text(json.dumps(state))
+    assert "progress  step 1200, phase ?, last beat 0m00s ago (read from its output: words)" in status.render(
+        run, status.read(run), now=NOW
+    )
+    state["heartbeat"] = ["not", "a", "beat"]
+    (run / "state.json").write_text(json.dumps(state))
+    assert "progress  no heartbeat yet" in status.render(run, status.read(run), now=NOW)

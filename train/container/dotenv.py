@@ -121,6 +121,8 @@ def settings(flavor: Optional[str] = None, ca_certs: Iterable[str] = ()) -> Dict
     dri = Path(os.environ.get(OVERRIDE_PREFIX + "DRI_DEVICE", str(DRI_DEVICE)))
     values: Dict[str, str] = {
         "COMPOSE_PROFILES": flavor or flavors.default_for_host(),
+        # The image of this host's flavor, for the services that only read a run (compose.yaml's metrics).
+        "TRAINBOX_FLAVOR": flavor or flavors.default_for_host(),
         "TRAINBOX_UID": str(os.getuid()),
         "TRAINBOX_GID": str(os.getgid()),
         "TRAINBOX_VIDEO_GID": str(_group_gid(dri / "card0", "video")),

@@ -13,8 +13,10 @@
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
   that registered one (see :func:`trainbox.heartbeat.install_stack_dump`);
-* ``heartbeat.json``, ``output-tail.txt``, ``kernel.txt`` (amdgpu/kfd/DRM messages, GPU resets
-  and hung tasks, from :mod:`trainbox.system.gpu_state`), ``gpu.txt`` (rocm-smi or nvidia-smi, when present).
+* ``heartbeat.json`` (the last beat, or the last counter read from the output), ``output-tail.txt`` (the
+  output's last display lines as a terminal shows them: a progress bar's last state), ``kernel.txt``
+  (amdgpu/kfd/DRM messages, GPU resets and hung tasks, from :mod:`trainbox.system.gpu_state`), ``gpu.txt``
+  (rocm-smi or nvidia-smi, when present).
 
 The directory is assembled under a temporary name and renamed when complete;
 an existing report is never replaced. When the report cannot be written (a
@@ -163,7 +165,7 @@ def write_incident(
     tree: proctree.ProcessTree,
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
-    output_tail: bytes,
+    output_tail: str,
     dumps: Optional[Numbering],
     samples: Sequence[Dict[str, Any]] = (),
     diagnose: Optional[Diagnose] = None,
@@ -196,7 +198,7 @@ def _assemble(
     tree: proctree.ProcessTree,
     reason: Dict[str, Any],
     last_beat: Optional[Dict[str, Any]],
-    output_tail: bytes,
+    output_tail: str,
     dumps: Optional[Numbering],
     started: float,
     samples: Sequence[Dict[str, Any]],
@@ -216,7 +218,7 @@ def _assemble(
     staging.processes_json.write_text(json.dumps(rows, indent=2))
     staging.processes_txt.write_text(_tree_text(rows))
     staging.heartbeat.write_text(json.dumps(last_beat, indent=2, sort_keys=True))
-    staging.output_tail.write_bytes(output_tail)
+    staging.output_tail.write_text(output_tail)
     gpu = gpu_state.read()
     staging.kernel.write_text(gpu.kernel)
     staging.gpu.write_text(gpu.smi)

@@ -21,8 +21,9 @@ from typing import Any, Dict, List, Optional
 #: give_up: the restart budget is spent, the same stall came back, or the child is misconfigured; device: the
 #: child's first beat that carries ``device`` (the device it found and what it decided for it), once per attempt;
 #: supervisor_hung: ``health --act`` found the supervisor itself hung and ended it (written by the health check,
-#: :mod:`trainbox.supervise.watchdog`).
-EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung")
+#: :mod:`trainbox.supervise.watchdog`); notify_failed: a ``--notify`` command could not start, failed, ran out of
+#: time or an event was dropped (``kind``, ``line``), once per kind (:mod:`trainbox.supervise.notify`).
+EVENTS = ("start", "device", "stall", "extend", "crash", "restart", "exit", "give_up", "supervisor_hung", "notify_failed")
 
 
 class Cause(str, Enum):
@@ -66,9 +67,20 @@ class EventLog:
         self.path = Path(path)
 
     def emit(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
+        """Append one record and return it; OSError when it cannot be written."""
+        record = self.record(event, attempt, **fields)
+        self.append(record)
+        return record
+
+    @staticmethod
+    def record(event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
+        """The record ``emit`` writes, made but not written (ValueError for a name not in EVENTS)."""
         if event not in EVENTS:
             raise ValueError(f"unknown event {event!r}")
-        record = {"ts": round(time.time(), 3), "event": event, "attempt": attempt, **fields}
+        return {"ts": round(time.time(), 3), "event": event, "attempt": attempt, **fields}
+
+    def append(self, record: Dict[str, Any]) -> None:
+        """One line, one ``write`` on an ``O_APPEND`` descriptor, fsynced (threads may append at once)."""
         line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -76,7 +88,6 @@ class EventLog:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return record
 
 
 def read_events(path: Path) -> List[Dict[str, Any]]:

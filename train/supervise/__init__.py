@@ -4,7 +4,9 @@
 beats, budgets and silences), turns a stall into its findings and a decision (:mod:`.stall`), records everything
 (:mod:`.record`) and ends one way. The rules it follows are pure modules of their own: the settings table
 (:mod:`.settings`), the restart policy (:mod:`.policy`), the budgets (:mod:`.budgets`), the silence judge
-(:mod:`.silence`). The rest serve the loop: per-rank heartbeats (:mod:`.ranks`), the child's output
-(:mod:`.output`), the watchdog contract with ``health`` (:mod:`.watchdog`, :mod:`.health`) and the GPU memory wait
+(:mod:`.silence`), which progress counts (:mod:`.progress_source`: beats, else counters read from the output), a
+ladder file's rungs (:mod:`.command_ladder`). The rest serve the loop: per-rank heartbeats (:mod:`.ranks`), the
+child's output on a pseudo-terminal (:mod:`.terminal`, :mod:`.output`) and the counters in it
+(:mod:`.output_progress`), the watchdog contract with ``health`` (:mod:`.watchdog`, :mod:`.health`) and the GPU memory wait
 (:mod:`.gpu_release`).
 """

@@ -3,9 +3,16 @@
 Shaped after torchelastic's ``PContext``: ``with Attempt(...) as attempt:`` starts the command in a session of its
 own (so its whole tree can be found and ended), tied to the supervisor's life (it dies with the supervisor,
 :func:`trainbox.system.proctree.die_with_parent`), with its output drained into the attempt's log
-(:class:`~trainbox.supervise.output.OutputTee`) and its beats followed per rank
-(:class:`~trainbox.supervise.ranks.JobBeats`). Leaving the block ends the whole tree and reaps its root, so an
-exception in the loop (a full disk, a bug) never leaves a training process behind.
+(:class:`~trainbox.supervise.output.OutputTee`) and its progress followed
+(:class:`~trainbox.supervise.progress_source.ProgressSource`: its beats per rank, else the counters its output
+shows). Leaving the block ends the whole tree and reaps its root, so an exception in the loop (a full disk, a bug)
+never leaves a training process behind.
+
+The child's stdout and stderr are a pseudo-terminal of the supervisor's own window size
+(:mod:`trainbox.supervise.terminal`), so it prints what its user would see: Python's ``print()`` is line-buffered
+and tqdm, rich and Ultralytics draw their bars, which the output reader then reads. Where no terminal can be made
+it gets a pipe, with ``PYTHONUNBUFFERED=1`` (set either way) so Python children still print each line as it comes.
+stdin stays ``/dev/null``: a child that prompts reads EOF and fails at once instead of waiting for a person.
 
 A process that outlives SIGKILL (D state in a hung driver) cannot be waited for: :meth:`Attempt.end_tree` raises
 :class:`~trainbox.errors.Stuck` instead of hanging the supervisor, and a tree found stuck is not tried again on
@@ -16,16 +23,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import IO, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox import heartbeat
 from trainbox.errors import Stuck
 from trainbox.rundir.layout import RunDir
-from trainbox.supervise import ranks
+from trainbox.supervise import ranks, terminal
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.output import OutputTee
+from trainbox.supervise.output_progress import PATTERNS, LinePattern, OutputProgress
 from trainbox.supervise.planner import Launch
+from trainbox.supervise.progress_source import ProgressSource
 from trainbox.supervise.record import Record
 from trainbox.supervise.silence import Limits, SilenceWatch
 from trainbox.system import proctree
@@ -60,16 +70,60 @@ def child_env(run_dir: RunDir, attempt: int, launch: Launch, environ: Mapping[st
     return env
 
 
-class Attempt:
-    """One attempt in flight: what it was launched with and the handles to watch and end it."""
+def start(argv: Sequence[str], env: Mapping[str, str]) -> Tuple[subprocess.Popen, IO[bytes]]:
+    """Start ``argv`` on a pseudo-terminal (else a pipe) in a session of its own; the process and its output.
 
-    def __init__(self, number: int, launch: Launch, policy: BudgetPolicy, record: Record, grace_s: float, echo: bool) -> None:
+    Raises OSError when the command cannot be started.
+    """
+    pair = terminal.open_pty(*terminal.window_size(sys.stdout))
+    try:
+        # Popen from the main thread: the child's death signal is tied to the thread that forked it.
+        proc = subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pair is None else pair[1],
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=proctree.die_with_parent(),
+        )
+    except BaseException:
+        for fd in pair or ():
+            os.close(fd)
+        raise
+    if pair is None:
+        assert proc.stdout is not None
+        return proc, proc.stdout
+    os.close(pair[1])  # else the master never reads EIO when the child's tree is gone
+    return proc, os.fdopen(pair[0], "rb", buffering=0)
+
+
+class Attempt:
+    """One attempt in flight: what it was launched with and the handles to watch and end it.
+
+    ``patterns``: the progress lines its output is read for (the user's ``--progress-pattern`` first);
+    ``foreign_groups``: process groups of the supervisor's that are not the child's (the notifiers in flight).
+    """
+
+    def __init__(
+        self,
+        number: int,
+        launch: Launch,
+        policy: BudgetPolicy,
+        record: Record,
+        grace_s: float,
+        echo: bool,
+        patterns: Sequence[LinePattern] = PATTERNS,
+        foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
+    ) -> None:
         self.number = number
+        self.foreign_groups = foreign_groups
         self.launch = launch
         self.policy = policy
         self.record = record
         self.grace_s = grace_s
         self.echo = echo
+        self.patterns = patterns
         self.run_dir = record.run_dir
         self.env = child_env(self.run_dir, number, launch, os.environ)
         self.ended = False
@@ -77,27 +131,21 @@ class Attempt:
     def __enter__(self) -> Attempt:
         """Start the child; CannotStart when the command cannot run at all."""
         ranks.clear(self.run_dir)
+        self.started = time.monotonic()
         try:
-            # Popen from the main thread: the child's death signal is tied to the thread that forked it.
-            self.proc = subprocess.Popen(
-                list(self.launch.argv),
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=proctree.die_with_parent(),
-            )
+            self.proc, output = start(self.launch.argv, self.env)
         except OSError as exc:
             raise CannotStart(exc.strerror or str(exc)) from exc
+        counters = OutputProgress(self.patterns)
         try:
-            self.tee = OutputTee(self.proc.stdout, self.run_dir.attempt_log(self.number), self.echo)
+            self.tee = OutputTee(output, self.run_dir.attempt_log(self.number), self.echo, counters)
         except BaseException:
+            output.close()
             self.proc.kill()  # no handle to watch or end it by: it must not run on alone
             self.proc.wait()
             raise
-        self.tree = proctree.ProcessTree(self.proc.pid)
-        self.beats = ranks.JobBeats(self.run_dir, self.policy, time.monotonic())
+        self.tree = proctree.ProcessTree(self.proc.pid, self.foreign_groups)
+        self.progress = ProgressSource(ranks.JobBeats(self.run_dir, self.policy, self.started), counters)
         self.watch = SilenceWatch(self.tree, self.env, Limits(self.launch.idle_timeout, self.launch.compile_cap))
         return self
 

@@ -22,17 +22,23 @@ and a ``supervisor_hung`` event; then SIGKILL. The trainer dies with it
 the container exits 137 and Docker's ``restart: on-failure:3`` starts it
 again; the new supervisor resumes from ``last.pt``. A hang is thus ended
 within ``hung_after_s`` plus one health interval.
+
+A hung supervisor cannot tell anyone, so ``health --act`` sends the ``supervisor_hung`` notification itself,
+with its own ``--notify``/``--notify-on`` (or ``$TRAINBOX_NOTIFY``/``$TRAINBOX_NOTIFY_ON``, which compose
+gives the container's health check): never a command read from the run directory, which anything in the run
+may have written. It waits for the notifier (:data:`trainbox.supervise.notify.CLOSE_S` at most) *before* the
+SIGKILL, because in a container that kill ends the health check too; that keeps the whole act within the
+health check's 20 s timeout (a test adds the bounds up).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
@@ -40,10 +46,10 @@ from trainbox.atomic import write_text_atomic
 from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S
 from trainbox.heartbeat import STACK_DUMP_SIGNAL
 from trainbox.rundir import state as state_file
-from trainbox.rundir.events import EventLog
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State
-from trainbox.supervise import watchdog
+from trainbox.supervise import notify, watchdog
+from trainbox.supervise.record import Record
 from trainbox.supervise.settings import HUNG_AFTER
 from trainbox.system import proctree
 
@@ -101,10 +107,18 @@ def _promise_broken(state: Mapping[str, Any], now: float) -> bool:
     return now > max(float(state.get("updated_ts", 0)), float(state.get("quiet_until_ts") or 0)) + _bound(state)
 
 
-def check(run_dir: Path, now: float = 0.0, act: bool = False) -> Tuple[bool, str]:
+@dataclass(frozen=True)
+class Notify:
+    """Whom ``health --act`` tells of a hang: ``--notify``'s words (none: nobody) and ``--notify-on``'s events."""
+
+    command: Sequence[str] = ()
+    events: FrozenSet[str] = notify.DEFAULT_EVENTS
+
+
+def check(run_dir: Path, now: float = 0.0, act: bool = False, tell: Notify = Notify()) -> Tuple[bool, str]:
     """(healthy, one line saying why). A state.json that is not the supervisor's (hand-edited) is unhealthy.
 
-    With ``act``, a hung supervisor is ended (:func:`end`) and the line says so.
+    With ``act``, a hung supervisor is ended (:func:`end`, telling ``tell``) and the line says so.
     """
     now = now or time.time()
     run = RunDir(Path(run_dir))
@@ -115,7 +129,7 @@ def check(run_dir: Path, now: float = 0.0, act: bool = False) -> Tuple[bool, str
         if act:
             hang = hung(state, now, watchdog.started(int(state.get("supervisor_pid", 0))))
             if hang is not None:
-                return False, end(run, hang)
+                return False, end(run, hang, tell)
         return _judge(state, now)
     except (TypeError, ValueError, AttributeError) as exc:
         return False, f"unreadable supervisor state at {run.state} ({exc})"
@@ -169,10 +183,10 @@ def _stack_dump(run: RunDir, pid: int) -> Tuple[str, str]:
     return "", f"no faulthandler dump within {FAULTHANDLER_WAIT_S:.0f} s"
 
 
-def end(run: RunDir, hang: Hang) -> str:
+def end(run: RunDir, hang: Hang, tell: Notify = Notify()) -> str:
     """End a hung supervisor (see the module's docstring); return the one line that says what was done.
 
-    Everything is written before the SIGKILL: in a container that kill ends this process too.
+    Everything is written, and told, before the SIGKILL: in a container that kill ends this process too.
     """
     kernel = proctree.kernel_state(hang.pid)
     stacks, how = _stack_dump(run, hang.pid)
@@ -195,8 +209,11 @@ def end(run: RunDir, hang: Hang) -> str:
         write_text_atomic(report, f"{header}\n{stacks or 'no stacks: ' + how}\n")
     except OSError:
         incident = None  # a full disk: the kill matters more than the report
-    with contextlib.suppress(OSError):
-        EventLog(run.events).emit("supervisor_hung", hang.attempt, incident=incident, **evidence)
+    record = Record(run)
+    notifier = notify.attach(record, tell.command, tell.events, lambda: hang.attempt) if tell.command else None
+    record.emit_best_effort("supervisor_hung", hang.attempt, incident=incident, **evidence)
+    if notifier is not None:
+        notifier.close(notify.CLOSE_S)
     try:
         os.kill(hang.pid, signal.SIGKILL)
     except OSError as exc:

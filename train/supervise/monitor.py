@@ -1,11 +1,13 @@
-"""The watch over one attempt: beats in, silences judged, until the child exits, stalls or is told to stop.
+"""The watch over one attempt: progress in, silences judged, until the child exits, stalls or is told to stop.
 
 :meth:`Monitor.run` starts an :class:`~trainbox.supervise.attempt.Attempt` and polls it every ``POLL_S`` at most:
-the beats that made progress (every rank's, under torchrun) go to the progress log and end the silence being
-judged; the silence of the slowest rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (keep
-watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall` handles); state.json is kept
-fresh for ``health``. What it returns is the attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens
-next is the supervisor's and the policy's business, not the monitor's.
+the progress it made (its beats, every rank's under torchrun, or while it has not beaten the counters its output
+shows: :mod:`trainbox.supervise.progress_source` decides which counts) goes to the progress log and ends the
+silence being judged; an attempt that shows neither is told once how to give progress; the silence of the slowest
+rank is judged by :class:`~trainbox.supervise.silence.SilenceWatch` (keep watching, extend for a compile, or a
+stall, which :mod:`trainbox.supervise.stall` handles); state.json is kept fresh for ``health``. What it returns
+is the attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the
+policy's business, not the monitor's.
 
 The supervisor's loop runs attempts through this one class, which is why an in-process test can put a stand-in
 in its place (``tests/supervise/test_loop.py``) and script whole runs in milliseconds.
@@ -14,7 +16,7 @@ in its place (``tests/supervise/test_loop.py``) and script whole runs in millise
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 from trainbox import faults
 from trainbox.errors import say
@@ -24,8 +26,10 @@ from trainbox.rundir.state import State
 from trainbox.supervise import ranks, stall
 from trainbox.supervise.attempt import Attempt, CannotStart
 from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS, with_user_patterns
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome, OutcomeKind
+from trainbox.supervise.progress_source import notice_due, output_works
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.silence import Action, extension
@@ -47,26 +51,36 @@ class Monitor:
         session: int,
         hangs: int = 0,
         echo: bool = True,
+        foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
     ) -> None:
         self.record = record
+        #: The supervisor's process groups that are not any attempt's (the notifiers in flight).
+        self.foreign_groups = foreign_groups
         self.settings = settings
         self.stop_signal = stop_signal
         self.session = session
         self.hangs = hangs
         self.echo = echo
         self.progress = ProgressLog(record.run_dir.progress)
+        #: The lines each attempt's output is read for: the user's --progress-pattern first (checked already).
+        self.patterns = with_user_patterns(settings.progress_patterns)
+        #: Whether this run was told that an attempt shows no progress (once per run).
+        self.noticed = False
 
     def run(self, number: int, launch: Launch, policy: BudgetPolicy) -> Outcome:
         """Start attempt ``number`` and watch it to its end; its outcome (a crash recorded as one)."""
         try:
-            with Attempt(number, launch, policy, self.record, self.settings.grace_s, self.echo) as attempt:
+            with Attempt(
+                number, launch, policy, self.record, self.settings.grace_s, self.echo, self.patterns, self.foreign_groups
+            ) as attempt:
                 outcome = self._watch(attempt)
                 tail = attempt.tee
         except CannotStart as exc:
             return self._not_started(number, launch, str(exc))
+        outcome.detail["progress_source"] = attempt.progress.source.value
+        outcome.detail["last_output"] = tail.tail_lines(20)
         if outcome.crashed:
-            outcome.detail["last_output"] = tail.tail_lines(20)
-            self._crashed(number, outcome, tail.tail_lines(5), tail.tail().decode(errors="replace"))
+            self._crashed(number, outcome, tail.tail_lines(5), tail.tail())
         return outcome
 
     def _not_started(self, number: int, launch: Launch, why: str) -> Outcome:
@@ -117,10 +131,11 @@ class Monitor:
             if code is not None:
                 outcome.code = code
                 return outcome
-            lagging = attempt.beats.lagging(now)  # the job is as far as its slowest rank (or its one process)
+            lagging = attempt.progress.lagging(now)  # the job is as far as its slowest rank (or its one process)
             stalled = self._judge_silence(attempt, outcome, lagging)
             if stalled is not None:
                 return stalled
+            self._notice(attempt, now)
             attempt.tree.scan()
             self.record.publish(
                 # the budget in force: extended while a compile shows progress
@@ -128,6 +143,7 @@ class Monitor:
                 silent_s=round(lagging.silent_s, 2),
                 last_progress_ts=time.time() - lagging.silent_s,
                 heartbeat=outcome.last_beat,
+                progress_source=attempt.progress.source.value,
                 learned=attempt.policy.learned(),
             )
             time.sleep(min(POLL_S, max(0.05, lagging.budget.seconds / 20)))
@@ -139,9 +155,20 @@ class Monitor:
         outcome.kind = OutcomeKind.STOPPED
         return outcome
 
+    def _notice(self, attempt: Attempt, now: float) -> None:
+        """Say once per run that an attempt shows neither beats nor a counter, how it is judged, and what to do."""
+        if self.noticed or not notice_due(attempt.progress.source, now - attempt.started, attempt.launch.startup_timeout):
+            return
+        self.noticed = True
+        say(
+            f"attempt {attempt.number}: no beat and no progress counter in its output after {now - attempt.started:.0f} s, "
+            f"so it is judged by its process tree's activity (idle, compiling) and its {attempt.launch.startup_timeout:g} s "
+            f"startup budget. {HOW_TO_GIVE_PROGRESS}"
+        )
+
     def _progress(self, attempt: Attempt, outcome: Outcome, now: float) -> bool:
-        """Take in the beats that made progress since the last look; whether there were any."""
-        progressed = attempt.beats.poll(now)  # the beats that made progress: every rank's, under torchrun
+        """Take in the progress made since the last look; whether there was any."""
+        progressed = attempt.progress.poll(now)  # beats that made progress (every rank's), or a counter that advanced
         record = progressed[-1].record if progressed else outcome.last_beat
         faults.point("supervisor", **{k: (record or {}).get(k) for k in ("epoch", "step")}, hangs=self.hangs)
         for progress in progressed:
@@ -173,6 +200,8 @@ class Monitor:
         if call.action is not Action.STALL or attempt.watch.reported:
             return None
         outcome.last_beat = lagging.beat or outcome.last_beat  # the stall is about the silent rank's last beat
+        quiet_s = None if attempt.tee.last_output is None else time.monotonic() - attempt.tee.last_output
+        outcome.output_works = outcome.beats == 0 and output_works(silent_s, quiet_s)
         if self.settings.on_stall == "report":  # observe mode: one report per silence, nothing killed
             attempt.watch.reported = True
             stall.report_only(attempt, stall.examine(attempt, outcome, budget, call, silent_s, self.session))

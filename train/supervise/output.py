@@ -1,40 +1,41 @@
-"""The child's output on its way out, and the supervisor's own one-line messages.
+"""The child's output on its way out, read as a person reads it, and the supervisor's own one-line messages.
 
-:class:`OutputTee` copies everything the child prints to the supervisor's stdout
-and to the attempt's log, and keeps the last 64 KiB for the incident report and
-the crash event. Its one rule: the child's pipe is always drained, because a
-child that cannot write blocks, stops beating, and would be killed as stalled
-for a fault that is ours (a closed terminal, a full disk).
+:class:`OutputTee` copies everything the child prints to the supervisor's stdout and to the attempt's log, and
+reads it back as a terminal lays it out (:class:`~trainbox.supervise.terminal.TerminalLines`: ``\\r`` redraws are
+lines, a bar's last state counts): each display state goes to the attempt's
+:class:`~trainbox.supervise.output_progress.OutputProgress`, which tells a counter that advanced from chatter, and
+the last lines are the output tail of incidents, crash events and give-up messages, a bar's last state included.
+
+Its one rule: the child's output is always drained, because a child that cannot write blocks, stops making
+progress, and would be killed as stalled for a fault that is ours (a closed terminal, a full disk, a bug in the
+reading). So a reader that goes away only ends the echo, a failed log write loses that chunk, and a line that
+cannot be read ends the reading for the attempt, never the draining.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Any, Deque, List
+from typing import Any, List, Optional
 
 from trainbox.errors import say
-
-#: How much of the child's output an incident report and a crash event keep.
-OUTPUT_TAIL_BYTES = 64 * 1024
+from trainbox.supervise.output_progress import OutputProgress
+from trainbox.supervise.terminal import TAIL_LINES, TerminalLines
 
 
 class OutputTee:
-    """Copies the child's output to our stdout and a log file, keeping the tail for reports.
+    """Copies the child's output to our stdout and a log file, and reads it as display lines (see the module).
 
-    Whatever fails, the child's pipe is drained to its end: a child that cannot
-    write its output blocks, stops beating and would be killed as stalled. A
-    stdout that is gone (``| head``, a closed terminal) ends the echo for good
-    (it is pointed at /dev/null, so the exit's flush cannot fail either); a log
-    write that fails (a full disk) loses that chunk and is tried again with the
-    next one; the tail is kept in memory either way.
+    ``stream`` is a pipe or a pseudo-terminal's master (read until EOF or EIO, which a pty's master returns once
+    every process holding its slave is gone). ``progress`` is given every display state with the monotonic time
+    it was read.
     """
 
-    def __init__(self, stream: Any, log_path: Path, echo: bool) -> None:
+    def __init__(self, stream: Any, log_path: Path, echo: bool, progress: Optional[OutputProgress] = None) -> None:
         self._fd = stream.fileno()
         self._stream = stream
         self._log_path = log_path
@@ -42,9 +43,11 @@ class OutputTee:
         self._log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._log_failing = False
         self._echo = echo
-        self._tail: Deque[bytes] = collections.deque()
-        self._tail_size = 0
-        self._lock = threading.Lock()
+        self.lines = TerminalLines()
+        self._progress = progress
+        self._reading = True
+        #: When the child last showed a new display state (monotonic seconds), None before its first.
+        self.last_output: Optional[float] = None
         self._thread = threading.Thread(target=self._pump, name="child-output", daemon=True)
         self._thread.start()
 
@@ -53,17 +56,28 @@ class OutputTee:
             try:
                 chunk = os.read(self._fd, 65536)
             except OSError:
-                return  # our end of the pipe was closed (close() after a timeout): nothing left to drain
+                return  # a pty whose slave every process has closed (EIO), or our end closed after a timeout
             if not chunk:
                 return
-            with self._lock:
-                self._tail.append(chunk)
-                self._tail_size += len(chunk)
-                while self._tail_size - len(self._tail[0]) >= OUTPUT_TAIL_BYTES:
-                    self._tail_size -= len(self._tail.popleft())
+            if self._reading:
+                self._read(chunk)
             self._write_log(chunk)
             if self._echo:
                 self._write_stdout(chunk)
+
+    def _read(self, chunk: bytes) -> None:
+        now = time.monotonic()
+        try:
+            states = self.lines.feed(chunk)
+            for state in states:
+                if self._progress is not None:
+                    self._progress.observe(state, now)
+        except Exception as exc:  # noqa: BLE001 - a reading bug must not stop the draining (see the module docstring)
+            self._reading = False
+            say(f"cannot read the child's output any more ({type(exc).__name__}: {exc}); it is still logged")
+            return
+        if states:
+            self.last_output = now
 
     def _write_log(self, chunk: bytes) -> None:
         try:
@@ -88,13 +102,13 @@ class OutputTee:
                 os.dup2(devnull, sys.stdout.fileno())
                 os.close(devnull)
 
-    def tail(self) -> bytes:
-        with self._lock:
-            return b"".join(self._tail)[-OUTPUT_TAIL_BYTES:]
-
     def tail_lines(self, count: int) -> List[str]:
-        text = self.tail().decode("utf-8", "replace").replace("\r", "\n")
-        return [line for line in text.splitlines() if line.strip()][-count:]
+        """The last ``count`` display lines, a bar's last state included."""
+        return self.lines.tail(count)
+
+    def tail(self) -> str:
+        """The output tail an incident keeps (``output-tail.txt``): the last display lines, one per line."""
+        return "\n".join(self.lines.tail(TAIL_LINES)) + "\n"
 
     def close(self) -> None:
         self._thread.join(timeout=2.0)

@@ -5,7 +5,8 @@ A :class:`Launch` is one attempt's command with its budgets, checked on creation
 (:func:`trainbox.supervise.policy.retry_for`, with the streak of stalls of that cause on this rung) and asks
 :meth:`Planner.move` what the retry means for the next launch. The base class repeats the same command (what
 ``trainbox supervise`` does); :class:`trainbox.yolo.ladder.ProfileLadder` overrides only the move, stepping down
-its profiles. A crash keeps the current launch: a crash is the program's own verdict, not the settings'.
+its profiles, and :class:`trainbox.supervise.command_ladder.CommandLadder` (``supervise --ladder FILE``) its
+rungs. A crash keeps the current launch: a crash is the program's own verdict, not the settings'.
 """
 
 from __future__ import annotations
@@ -81,3 +82,18 @@ class Planner:
         if retry is Retry.GPU_RELEASE:
             return Next(self.launch, Retry.GPU_RELEASE, f"{cause}: the same command, after the GPU memory is released")
         return Next(self.launch, Retry.SAME, f"{cause}: the same command again{hint(cause)}")
+
+
+def moved_reason(cause: str, retry: Retry, before: str, now: str, native: str = "") -> str:
+    """A ladder's ``restart`` reason: the cause and what the next attempt runs, having moved from rung ``before``
+    to ``now`` (the same rung when there was nothing to move to); ``native`` says what a ``native`` rung changes."""
+    if now == before:
+        how = {
+            Retry.SAME: f"{now} once more",
+            Retry.GPU_RELEASE: f"{now} once more, after the GPU memory is released",
+        }.get(retry, f"{now} again: no rung left below it")
+    elif retry is Retry.NATIVE and native:
+        how = f"{now}: {native}"
+    else:
+        how = f"down the ladder to {now}"
+    return f"{cause}: {how}{hint(cause)}"

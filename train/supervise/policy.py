@@ -15,7 +15,14 @@ The rules, in the order they are applied:
    that stalled on a slow disk or a busy GPU, a kill from outside), so it is
    restarted; two in a row with the same command mean the command cannot start
    (a typo, an import error, bad arguments), and restarting again would spend
-   the restart budget and bury the error under identical reports;
+   the restart budget and bury the error under identical reports. A counter
+   that advanced in the child's output is a beat here too
+   (:mod:`trainbox.supervise.progress_source`): an attempt whose output advanced
+   made progress. One exception: when the second attempt's output was still
+   coming as it was stopped (``Outcome.output_works``), the command ran and only
+   its progress could not be read, so the run ``GAVE_UP`` with
+   :data:`NO_PROGRESS_READ` (and is told how to give progress) instead of being
+   called a configuration error;
 3. the **repeat rule**: a stall at the same place as the attempt before (the
    same heartbeat position, :func:`position`, on the same profile) when there is
    nothing else left to try (``last_rung``) is ``GAVE_UP`` at once. Ray calls a
@@ -41,6 +48,8 @@ from trainbox.supervise.settings import SupervisorSettings
 
 #: Attempts in a row without a beat that make the run a configuration error (see the no-beat rule).
 NO_BEAT_ATTEMPTS = 2
+#: The ``give_up`` reason of a run whose attempts ran without any progress trainbox could read (the no-beat rule).
+NO_PROGRESS_READ = "no progress to read"
 
 
 class OutcomeKind(str, Enum):
@@ -61,6 +70,8 @@ class Outcome:
     first_beat_ts: Optional[float] = None
     first_step_ts: Optional[float] = None
     last_beat: Optional[Dict[str, Any]] = None
+    #: Stalled without any progress, but its output was still coming (:func:`trainbox.supervise.progress_source.output_works`).
+    output_works: bool = False
     detail: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -124,7 +135,8 @@ class Counters:
 
 
 def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -> Optional[str]:
-    """Where a child stands by its last beat: ``"phase val, epoch 3 batch 0"``, ``"phase train, step 40"``.
+    """Where a child stands by its last beat: ``"phase val, epoch 3 batch 0"``, ``"phase train, epoch 2 step 40"``,
+    ``"phase train, step 40"``.
 
     None before the first beat (the no-beat rule covers those). The profile is
     part of the place: the same batch on another rung is another try.
@@ -132,8 +144,10 @@ def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -
     if not beat:
         return None
     parts = [f"phase {beat['phase']}"] if beat.get("phase") is not None else []
-    if "epoch" in beat or "batch" in beat:
-        parts.append(f"epoch {beat.get('epoch', '?')} batch {beat.get('batch', '?')}")
+    if "batch" in beat:
+        parts.append(f"epoch {beat.get('epoch', '?')} batch {beat['batch']}")
+    elif "epoch" in beat:
+        parts.append(f"epoch {beat['epoch']}" + (f" step {beat['step']}" if "step" in beat else ""))
     elif "step" in beat:
         parts.append(f"step {beat['step']}")
     if profile:
@@ -183,6 +197,8 @@ def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, l
     repeated = at is not None and at == counters.stalled_at
     counters = replace(counters.after_failure(outcome.beats), stalled_at=at)
     if counters.no_beat_streak >= NO_BEAT_ATTEMPTS:
+        if outcome.output_works:
+            return Decision(Verdict.GAVE_UP, counters, reason=NO_PROGRESS_READ)
         return Decision(Verdict.MISCONFIGURED, counters)
     if repeated and last_rung:
         cause = outcome.detail.get("cause") or Cause.UNKNOWN.value

@@ -188,9 +188,18 @@ class JobBeats:
         pid = (record or {}).get("pid")
         if record is None or key is None or (key == track.key and pid == track.pid):
             return None
+        return self._take(track, record, now)
+
+    def heard(self, record: Dict[str, Any], at: float) -> Progress:
+        """Progress the child's output showed at ``at`` (a counter that advanced, read by
+        :mod:`trainbox.supervise.progress_source` while no heartbeat file is written): the one process's beat."""
+        return self._take(self.single, record, max(at, self.single.progress))
+
+    def _take(self, track: Track, record: Dict[str, Any], now: float) -> Progress:
+        """``record`` is ``track``'s progress at ``now``: the silence it ended teaches the policy its rhythm."""
         progress = Progress(record, track.beat, now - track.progress, self.policy.current(track.beat))
         self.policy.observe(track.beat, progress.silent_s)
-        track.key, track.beat, track.pid, track.progress = key, record, pid, now
+        track.key, track.beat, track.pid, track.progress = heartbeat.progress_key(record), record, record.get("pid"), now
         return progress
 
     def standings(self, now: float) -> List[Standing]:

@@ -12,6 +12,12 @@ Three promises, each kept here so that no other piece of the supervisor has to k
   :mod:`trainbox.supervise.watchdog` promises ``health``.
 * **the state moves only along the machine.** :meth:`Record.set_state` checks every move against
   :data:`trainbox.rundir.state.TRANSITIONS`, so an ending added later cannot publish a state ``health`` misreads.
+
+And it tells those who asked, so that no other piece of the supervisor has to: every event it writes goes to
+its listeners (:meth:`Record.listen`: the ``--notify`` command's queue, :mod:`trainbox.supervise.notify`), the
+best-effort endings too, even when the disk refused them (a full disk is news a person needs most); and each
+rewrite of state.json is followed by ``on_publish`` (the CLI's ``--metrics-textfile``), at once for forced news
+(a state change, a stall) and otherwise at most every :data:`REFRESH_EVERY_S`.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import contextlib
 import json
 import os
 import time
-from typing import Any, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from trainbox.atomic import write_text_atomic
 from trainbox.errors import DISK_FULL_ERRNOS, DiskFull
@@ -31,12 +37,18 @@ from trainbox.supervise.policy import Counters, Outcome
 
 #: state.json is rewritten at most this often unless forced: ``health`` allows a minute (``--hung-after``).
 PUBLISH_EVERY_S = 1.0
+#: ``on_publish`` (the metrics textfile) runs at most this often between forced publishes: node_exporter is
+#: commonly scraped every 15 s, so 5 s keeps any scrape fresh, and a textfile costs a few ms to write.
+REFRESH_EVERY_S = 5.0
+
+#: Told every event as it is written (``Notifier.send``): it must return at once.
+Listener = Callable[[Dict[str, Any]], None]
 
 
 class Record:
     """The run's history, its published state and its counters, for one supervisor."""
 
-    def __init__(self, run_dir: RunDir) -> None:
+    def __init__(self, run_dir: RunDir, on_publish: Optional[Callable[[RunDir], None]] = None) -> None:
         self.run_dir = run_dir
         self.events = EventLog(run_dir.events)
         self.state = State.STARTING
@@ -44,20 +56,36 @@ class Record:
         #: What state.json says besides the state and the counters (attempt, budget, last beat, ...).
         self._status: Dict[str, Any] = {}
         self._written = 0.0
+        self._listeners: List[Listener] = []
+        self._on_publish = on_publish
+        self._refreshed = -REFRESH_EVERY_S
+
+    def listen(self, listener: Listener) -> None:
+        """Tell ``listener`` every event written from now on, after it is written."""
+        self._listeners.append(listener)
 
     def emit(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
         """Append to the run's history, which must not be lost: a full disk raises DiskFull."""
         try:
-            return self.events.emit(event, attempt, **fields)
+            record = self.events.emit(event, attempt, **fields)
         except OSError as exc:
             if exc.errno in DISK_FULL_ERRNOS:
                 raise DiskFull.writing(self.run_dir.events, exc) from None
             raise
+        self._tell(record)
+        return record
 
-    def emit_best_effort(self, event: str, attempt: int, **fields: Any) -> None:
-        """Append when the disk allows: for the endings that are about the disk or the kernel already."""
+    def emit_best_effort(self, event: str, attempt: int, **fields: Any) -> Dict[str, Any]:
+        """Append when the disk allows (the endings about the disk or the kernel, a notifier's failure); told either way."""
+        record = self.events.record(event, attempt, **fields)
         with contextlib.suppress(OSError):
-            self.events.emit(event, attempt, **fields)
+            self.events.append(record)
+        self._tell(record)
+        return record
+
+    def _tell(self, record: Dict[str, Any]) -> None:
+        for listener in self._listeners:
+            listener(record)
 
     def count(self, outcome: Outcome) -> None:
         """Count ``outcome`` as a stall or a crash, as it is reported."""
@@ -83,6 +111,9 @@ class Record:
         except OSError:
             return  # best-effort (a full disk): `health` reads an old state as stale, and the next publish tries again
         self._written = now
+        if self._on_publish is not None and (force or now - self._refreshed >= REFRESH_EVERY_S):
+            self._refreshed = now
+            self._on_publish(self.run_dir)
 
     @contextlib.contextmanager
     def quiet(self, seconds: float) -> Iterator[None]:

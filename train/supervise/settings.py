@@ -7,19 +7,29 @@ and ``Launch`` checks its two budgets with the same rules. A bad value is an
 error that names the flag, never quietly adjusted: nan and inf are refused
 everywhere (no budget, delay or count is infinite), and each setting says its
 own lower bound. A setting may be a choice of words instead of a number
-(``--on-stall restart|report``): then ``choices`` lists them.
+(``--on-stall restart|report``): then ``choices`` lists them. Or it is text that
+``parse`` checks (``--notify CMD``, ``--notify-on LIST``, ``--metrics-textfile
+PATH``); such a setting may also come from an environment variable (``env``),
+used when the flag is not given: that is how compose and the containers'
+health check get it (compose.yaml passes ``TRAINBOX_NOTIFY`` and the others on).
+A text setting may be ``repeatable`` (``--progress-pattern REGEX``, given any
+number of times): then it holds every value given, in order, each one checked.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple, Union
+from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
+
+from trainbox.supervise import notify
+from trainbox.supervise.output_progress import PATTERN_FLAG, pattern_problem
 
 Number = Union[int, float]
-#: What a setting holds: a number, or one of its ``choices``.
-Value = Union[int, float, str]
+#: What a setting holds: a number, one of its ``choices``, a text, or every text given for a repeatable one.
+Value = Union[int, float, str, Tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,14 @@ class Setting:
     profile_supplies: bool = False
     #: The words accepted, for a choice rather than a number (the first is not implied: ``default`` is).
     choices: Tuple[str, ...] = ()
+    #: For text: raises ValueError (one phrase, without the flag) for text it refuses.
+    parse: Optional[Callable[[str], object]] = None
+    #: For text: the environment variable that supplies it when the flag is not given (empty: unset).
+    env: str = ""
+    #: How ``--help`` names the value (argparse's default, the flag in capitals, when None).
+    metavar: Optional[str] = None
+    #: For text: given any number of times; the setting holds every value, in order (a tuple).
+    repeatable: bool = False
 
     @property
     def dest(self) -> str:
@@ -47,6 +65,8 @@ class Setting:
 
     @property
     def rule(self) -> str:
+        if self.parse is not None:
+            return "text, any number of times" if self.repeatable else "text"
         if self.choices:
             return "one of " + ", ".join(self.choices)
         return f"{'>' if self.above else '>='} {self.minimum:g}"
@@ -54,17 +74,32 @@ class Setting:
     @property
     def number(self) -> Number:
         """The default of a number setting, typed as one (a choice has none)."""
-        if isinstance(self.default, str):
-            raise TypeError(f"{self.flag} is a choice, not a number")
+        if isinstance(self.default, (str, tuple)):
+            raise TypeError(f"{self.flag} is a choice or a text, not a number")
         return self.default
 
     @property
     def default_text(self) -> str:
         """The default as ``--help`` shows it."""
+        if self.env:
+            return f"${self.env}, else {self.default or 'none'}"
+        if isinstance(self.default, tuple):
+            return ", ".join(self.default) or "none"
         return self.default if isinstance(self.default, str) else f"{self.default:g}"
+
+    @property
+    def initial(self) -> Value:
+        """The value before the command line: the environment's (``env``, when set and not empty), else the default."""
+        return (os.environ.get(self.env) or self.default) if self.env else self.default
 
     def problem(self, value: object) -> Optional[str]:
         """Why ``value`` is refused (one phrase), or None when it is acceptable."""
+        if self.parse is not None and self.repeatable:
+            if not isinstance(value, tuple) or not all(isinstance(text, str) for text in value):
+                return f"must be texts, got {value!r}"
+            return next(filter(None, map(self._text_problem, value)), None)
+        if self.parse is not None:
+            return self._text_problem(value) if isinstance(value, str) else f"must be text, got {value!r}"
         if self.choices:
             return None if value in self.choices else f"must be {self.rule}, got {value!r}"
         kinds = (int,) if self.whole else (int, float)
@@ -82,11 +117,20 @@ class Setting:
             raise ValueError(f"{self.flag} {problem}")
         return value
 
+    def _text_problem(self, text: str) -> Optional[str]:
+        """Why ``parse`` refuses ``text`` (one phrase), or None."""
+        try:
+            self.parse(text)  # type: ignore[misc]
+        except ValueError as exc:
+            return str(exc)
+        return None
+
     def from_text(self, text: str) -> Value:
         """argparse's ``type``: the parsed, checked value (argparse names the flag in its error)."""
-        if self.choices:
-            if text not in self.choices:
-                raise argparse.ArgumentTypeError(f"must be {self.rule}, got {text!r}")
+        if self.parse is not None or self.choices:
+            problem = self._text_problem(text) if self.parse is not None else self.problem(text)
+            if problem:
+                raise argparse.ArgumentTypeError(problem)
             return text
         try:
             value: Value = int(text) if self.whole else float(text)
@@ -101,12 +145,26 @@ class Setting:
         """Add the option; with ``profile_defaults``, one the profile supplies is unset by default."""
         unset = profile_defaults and self.profile_supplies
         default_text = "the profile's" if unset else self.default_text
+        if self.repeatable:  # argparse collects a list; the settings hold a tuple (from_parsed)
+            parser.add_argument(
+                self.flag,
+                type=self.from_text,
+                action="append",
+                metavar=self.metavar,
+                help=f"{self.help} (default: {default_text})",
+            )
+            return
         parser.add_argument(
             self.flag,
             type=self.from_text,
-            default=None if unset else self.default,
+            default=None if unset else self.initial,  # argparse checks a text default with ``type`` too (the environment's)
+            metavar=self.metavar,
             help=f"{self.help} (default: {default_text})",
         )
+
+    def from_parsed(self, value: object) -> object:
+        """The value ``add_to``'s option parsed into, as the settings hold it (a repeatable one as a tuple)."""
+        return tuple(value or ()) if self.repeatable else value  # type: ignore[call-overload]
 
 
 STARTUP_TIMEOUT = Setting(
@@ -159,6 +217,68 @@ ON_STALL = Setting(
     choices=("restart", "report"),
 )
 
+
+def _pattern(text: str) -> None:
+    problem = pattern_problem(text)
+    if problem:
+        raise ValueError(problem)
+
+
+PROGRESS_PATTERN = Setting(
+    "progress_patterns",
+    PATTERN_FLAG,
+    (),
+    "a progress line of your own, read before the built-in ones while the child does not beat; named "
+    "groups step, batch or epoch (the counter), total and phase optional; repeat for more",
+    parse=_pattern,
+    metavar="REGEX",
+    repeatable=True,
+)
+
+
+def _command(text: str) -> None:
+    if text:  # empty: no notifier
+        notify.parse_command(text)
+
+
+#: The suffix node_exporter's textfile collector reads (it passes over every other file in its directory).
+TEXTFILE_SUFFIX = ".prom"
+
+
+def _textfile(text: str) -> None:
+    if text and not text.endswith(TEXTFILE_SUFFIX):
+        raise ValueError(f"{text!r}: node_exporter's textfile collector reads only *{TEXTFILE_SUFFIX} files; name it so")
+
+
+NOTIFY = Setting(
+    "notify",
+    "--notify",
+    "",
+    "run this command line (no shell) on the events --notify-on names: the event as JSON on its stdin, "
+    f"its name in ${notify.EVENT_ENV}; detached, {notify.LIMIT_S:g} s at most (examples/notify/)",
+    parse=_command,
+    env="TRAINBOX_NOTIFY",
+    metavar="CMD",
+)
+NOTIFY_ON = Setting(
+    "notify_on",
+    "--notify-on",
+    ",".join(name for name in notify.NOTIFY_EVENTS if name in notify.DEFAULT_EVENTS),
+    f"the events --notify is run on, comma-separated, of {','.join(notify.NOTIFY_EVENTS)}",
+    parse=notify.parse_events,
+    env="TRAINBOX_NOTIFY_ON",
+    metavar="EVENTS",
+)
+METRICS_TEXTFILE = Setting(
+    "metrics_textfile",
+    "--metrics-textfile",
+    "",
+    "keep the run's Prometheus metrics in this node_exporter textfile (*.prom), rewritten every few seconds",
+    parse=_textfile,
+    env="TRAINBOX_METRICS_TEXTFILE",
+    metavar="PATH",
+)
+
 #: Every supervisor setting, in the order ``--help`` lists them.
 SETTINGS = (
     STARTUP_TIMEOUT,
@@ -174,6 +294,10 @@ SETTINGS = (
     IDLE_TIMEOUT,
     COMPILE_CAP,
     ON_STALL,
+    NOTIFY,
+    NOTIFY_ON,
+    METRICS_TEXTFILE,
+    PROGRESS_PATTERN,
 )
 #: The budgets belong to each attempt's ``Launch`` (a profile may change them); the rest to the supervisor.
 LAUNCH_SETTINGS = (STARTUP_TIMEOUT, STALL_TIMEOUT, IDLE_TIMEOUT, COMPILE_CAP)
@@ -201,6 +325,10 @@ class SupervisorSettings:
     learned_min_samples: int = int(LEARNED_MIN_SAMPLES.number)
     on_stall: str = str(ON_STALL.default)
     hung_after_s: float = HUNG_AFTER.number
+    notify: str = str(NOTIFY.default)
+    notify_on: str = str(NOTIFY_ON.default)
+    metrics_textfile: str = str(METRICS_TEXTFILE.default)
+    progress_patterns: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():
@@ -211,7 +339,16 @@ class SupervisorSettings:
                 f"raise {BACKOFF_MAX.flag} or lower {BACKOFF.flag}"
             )
 
+    @property
+    def notify_command(self) -> List[str]:
+        """``--notify``'s words (none: no notifier)."""
+        return notify.parse_command(self.notify) if self.notify else []
+
+    @property
+    def notify_events(self) -> FrozenSet[str]:
+        return notify.parse_events(self.notify_on)
+
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> SupervisorSettings:
         """From parsed options (``add_arguments``); ValueError for a combination that does not hold."""
-        return cls(**{s.field: getattr(args, s.dest) for s in supervisor_settings()})
+        return cls(**{s.field: s.from_parsed(getattr(args, s.dest)) for s in supervisor_settings()})

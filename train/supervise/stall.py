@@ -87,7 +87,7 @@ def _write_incident(attempt: Attempt, outcome: Outcome, reason: Dict[str, Any], 
 
 def examine(attempt: Attempt, outcome: Outcome, budget: Budget, call: Call, silent_s: float, session: int) -> StallFindings:
     """Announce a stall, write its incident report and name its cause."""
-    by_rank = attempt.beats.report(time.monotonic())  # under torchrun: silent_ranks and each rank's last beat
+    by_rank = attempt.progress.report(time.monotonic())  # under torchrun: silent_ranks and each rank's last beat
     phase = (outcome.last_beat or {}).get("phase")
     say(stall_line(attempt.number, silent_s, budget, call, attempt.watch.limits, phase) + "; writing incident report")
     reason = {

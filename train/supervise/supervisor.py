@@ -8,7 +8,10 @@ a stall handled by :mod:`trainbox.supervise.stall`), what comes next is decided 
 (:mod:`trainbox.supervise.planner`: which launch) and the policy (:func:`trainbox.supervise.policy.decide`:
 whether and when), everything is written down by the :class:`~trainbox.supervise.record.Record`, and every
 ending goes through :meth:`Supervisor._end`, so each writes its ``exit`` the same way. Presentation is passed
-in (``SupervisorSpec.on_end``, the CLI's HTML report): the core never imports it.
+in (``SupervisorSpec.on_end``, the CLI's HTML report; ``on_publish``, its metrics textfile): the core never
+imports it. With ``--notify`` the record tells a :class:`~trainbox.supervise.notify.Notifier` every event
+(:func:`trainbox.supervise.notify.attach`), which is closed as the run ends, and whose process groups the attempts'
+trees leave out.
 
 What the supervisor must survive, and how:
 
@@ -37,7 +40,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol
 
 from trainbox import errors, interrupt
 from trainbox.errors import DiskFull, ExitCode, Stuck, TrainboxError, say
@@ -45,11 +48,13 @@ from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.lock import RunLock
 from trainbox.rundir.state import State
-from trainbox.supervise import gpu_release, watchdog
+from trainbox.supervise import gpu_release, notify, watchdog
 from trainbox.supervise.budgets import BudgetPolicy
 from trainbox.supervise.monitor import Monitor
+from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.planner import Launch, Next, Planner
-from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
+from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind, Retry, Verdict, decide
+from trainbox.supervise.progress_source import Source
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.system import proctree
@@ -66,7 +71,9 @@ class SupervisorSpec:
     """What to supervise (``planner``), where (``run_dir``) and how (``settings``, validated on creation).
 
     ``on_end`` runs once as the run ends (not when the disk is full), with its run directory: the CLI passes the
-    HTML report's refresh there, so the supervisor itself never imports presentation code.
+    HTML report's refresh there, so the supervisor itself never imports presentation code. ``on_publish`` runs as
+    state.json is rewritten (:class:`~trainbox.supervise.record.Record`: at each forced publish, the last one
+    included, and otherwise every few seconds): the CLI passes the metrics textfile's refresh there.
     """
 
     run_dir: Path
@@ -74,6 +81,7 @@ class SupervisorSpec:
     settings: SupervisorSettings = field(default_factory=SupervisorSettings)
     echo: bool = True
     on_end: Optional[Callable[[RunDir], None]] = None
+    on_publish: Optional[Callable[[RunDir], None]] = None
 
 
 class Supervisor:
@@ -83,7 +91,7 @@ class Supervisor:
         self.spec = spec
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
-        self.record = Record(self.run_dir)
+        self.record = Record(self.run_dir, spec.on_publish)
         #: Names this supervisor's incident reports apart from earlier ones in the same directory.
         self.session = 0
         #: The attempt under way (or the last one), for the events written at the end.
@@ -92,6 +100,7 @@ class Supervisor:
         self.hangs = 0
         self._attempts = attempts
         self._stop_signal: Optional[int] = None
+        self._notifier: Optional[notify.Notifier] = None
 
     def run(self) -> int:
         """Supervise until success, give-up or a stop signal; return the exit code.
@@ -101,6 +110,8 @@ class Supervisor:
         lock = RunLock(self.run_dir)
         lock.acquire()
         self.session = self.run_dir.new_session(time.time())
+        if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
+            self._notifier = notify.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
         self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s))
         own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
@@ -116,6 +127,8 @@ class Supervisor:
             self.record.publish(force=True, exit_code=code)
             if self.record.state is not State.DISK_FULL and self.spec.on_end is not None:
                 self.spec.on_end(self.run_dir)  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
+            if self._notifier is not None:
+                self._notifier.close(notify.CLOSE_S)  # the exit notification goes out (bounded; it ran during the report)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             watchdog.remove_stack_dump(own_stacks)
@@ -126,10 +139,21 @@ class Supervisor:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._stop_signal = signum
 
+    def _at(self) -> int:
+        return self.attempt
+
+    def _stop_signal_now(self) -> Optional[int]:
+        return self._stop_signal
+
+    def _notifier_groups(self) -> FrozenSet[int]:
+        return self._notifier.groups() if self._notifier is not None else frozenset()
+
     def _monitor(self, record: Record) -> Attempts:
         """The real attempts: child trees, watched. Orphans of those trees (``setsid`` escapees) are ours to reap."""
         proctree.become_subreaper()
-        return Monitor(record, self.settings, lambda: self._stop_signal, self.session, self.hangs, self.spec.echo)
+        return Monitor(
+            record, self.settings, self._stop_signal_now, self.session, self.hangs, self.spec.echo, self._notifier_groups
+        )
 
     def _loop(self) -> int:
         planner = self.spec.planner
@@ -155,7 +179,7 @@ class Supervisor:
                 return self._end(State.MISCONFIGURED, ExitCode.MISCONFIGURED, "misconfigured", misconfigured_line(outcome),
                                  give_up="misconfigured")  # fmt: skip
             if decision.verdict is Verdict.GAVE_UP:
-                line = self._gave_up_line(history, decision.reason)
+                line = self._gave_up_line(history, decision.reason, outcome)
                 return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
             if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(following.launch)
@@ -253,22 +277,37 @@ class Supervisor:
         counts = self.record.counters
         return f"completed after {self.attempt + 1} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es))"
 
-    def _gave_up_line(self, history: List[str], reason: str) -> str:
+    def _gave_up_line(self, history: List[str], reason: str, last: Outcome) -> str:
         counts = self.record.counters
-        return (
+        line = (
             f"giving up after {self.attempt + 1} attempts and {counts.restarts} restart(s) "
             f"({reason}; --max-restarts {self.settings.max_restarts}): {counts.stalls} stall(s), "
             f"{counts.crashes} crash(es). In order: " + "; ".join(history) + ". "
             f"Incident reports are in {self.run_dir.incident_dir.directory}, the history in {self.run_dir.events}."
         )
+        if reason == NO_PROGRESS_READ:
+            line += (
+                " Their output shows they ran, but neither beat nor printed a progress counter trainbox reads, so "
+                f"each was stopped by its budget. {HOW_TO_GIVE_PROGRESS}" + last_output(last)
+            )
+        elif last.detail.get("progress_source") == Source.NONE.value and last.kind is OutcomeKind.STALLED:
+            line += f" The last attempt showed no progress at all. {HOW_TO_GIVE_PROGRESS}"
+        return line
+
+
+def last_output(outcome: Outcome) -> str:
+    """The child's last display lines (a progress bar's last state included), indented under a message."""
+    lines = outcome.detail.get("last_output") or ["(no output)"]
+    return " The child's last output:\n    " + "\n    ".join(lines)
 
 
 def misconfigured_line(outcome: Outcome) -> str:
-    """What a run that never started is told: not a stall, a configuration error, with the child's last output."""
-    lines = outcome.detail.get("last_output") or ["(no output)"]
+    """What a run that never started is told: not a stall, a configuration error, with the child's last output
+    (and how to give progress when it was stopped for showing none)."""
+    stalled = outcome.kind is OutcomeKind.STALLED
     return (
-        "two attempts in a row ended before their first heartbeat: this is a configuration error, "
-        "not a stall; fix it and run again. The child's last output:\n    " + "\n    ".join(lines)
+        "two attempts in a row ended before their first heartbeat or progress counter: this is a configuration "
+        "error, not a stall; fix it and run again." + (f" {HOW_TO_GIVE_PROGRESS}" if stalled else "") + last_output(outcome)
     )
 
 

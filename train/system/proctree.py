@@ -27,7 +27,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import psutil
 
@@ -143,12 +143,25 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-class ProcessTree:
-    """The processes that descend from ``root_pid``, as far as ever observed."""
+def _group(proc: psutil.Process) -> Optional[int]:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None
 
-    def __init__(self, root_pid: int) -> None:
+
+class ProcessTree:
+    """The processes that descend from ``root_pid``, as far as ever observed.
+
+    ``foreign_groups`` names process groups of our own that are not part of the tree although they are children
+    of ours started after it (the ``--notify`` commands in flight: ``Notifier.groups``); it is asked after the
+    children are listed, so a process listed is one it knows of.
+    """
+
+    def __init__(self, root_pid: int, foreign_groups: Callable[[], FrozenSet[int]] = frozenset) -> None:
         self.root_pid = root_pid
         self.leader_pgid = root_pid
+        self._foreign_groups = foreign_groups
         self._seen: Dict[Tuple[int, float], psutil.Process] = {}
         try:
             self._root_started = psutil.Process(root_pid).create_time()
@@ -182,19 +195,23 @@ class ProcessTree:
 
         The supervisor starts nothing else that outlives a call, except a
         diagnostic tool it gave up on (a ``rocm-smi`` hung in the driver,
-        :func:`trainbox.system.gpu_state.abandoned`), which is not part of any tree;
-        every other child of ours that started after the root came from this tree. (A process that
-        embeds the supervisor, such as the test suite, may have older children of its own: not ours.)
+        :func:`trainbox.system.gpu_state.abandoned`) and the notifiers (``foreign_groups``), which are
+        not part of any tree; every other child of ours that started after the root came from this tree.
+        (A process that embeds the supervisor, such as the test suite, may have older children of its own: not ours.)
         """
         own_tools = gpu_state.abandoned()
         try:
-            return [
+            later = [
                 p
                 for p in children(psutil.Process())
                 if p.pid != self.root_pid and p.pid not in own_tools and _started_at_or_after(p, self._root_started)
             ]
         except psutil.Error:
             return []
+        if not later:
+            return later
+        foreign = self._foreign_groups()  # after the listing: every notifier listed is registered by now
+        return [p for p in later if _group(p) not in foreign] if foreign else later
 
     def alive(self) -> List[psutil.Process]:
         return [p for p in self._seen.values() if _alive(p)]

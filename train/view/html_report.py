@@ -383,6 +383,7 @@ EVENT_DETAILS: Dict[str, Tuple[str, ...]] = {
     "exit": ("code", "reason"),
     "give_up": ("reason",),
     "supervisor_hung": ("age_s", "incident"),
+    "notify_failed": ("kind", "line"),
 }
 
 

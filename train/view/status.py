@@ -3,7 +3,9 @@
 Reads ``state.json`` (supervisor), ``events.jsonl`` (restarts, stalls and the last one's cause),
 ``heartbeat.json`` (epoch, batch, throughput; under torchrun the lowest rank's
 ``heartbeats/rank-<rank>.json``) and Ultralytics' ``args.yaml``
-(epochs, batch size); the ETA counts training batches only.
+(epochs, batch size); the ETA counts training batches only. A child that does not beat has
+no heartbeat file: its progress is the counter the supervisor read from its output, which
+``state.json`` carries as ``heartbeat`` (with the ``pattern`` that read it).
 
 A run whose last event is ``exit`` has ended: it has no phase, heartbeat age, ETA or container
 health to report, only when it finished and with which status (``finished at ..., exit N``).
@@ -112,9 +114,11 @@ def read(run_dir: Path) -> Progress:
     except (OSError, yaml.YAMLError):
         pass
     checkpoint = run.last_checkpoint
+    state = state_file.read(run.state)[0] or {}
+    published = state.get("heartbeat")  # the supervisor's last progress: a counter read from the output, if no beat
     return Progress(
-        state=state_file.read(run.state)[0] or {},
-        beat=_lowest_rank_beat(run) or json_object(run.heartbeat),
+        state=state,
+        beat=_lowest_rank_beat(run) or json_object(run.heartbeat) or (published if isinstance(published, dict) else {}),
         events=read_events(run.events),
         epochs=args.get("epochs"),
         batch_size=args.get("batch"),
@@ -189,6 +193,23 @@ def _clock(ts: Optional[float]) -> str:
         return "?"
 
 
+def _number(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _place(beat: Dict[str, Any], progress: Progress, batch: bool = True) -> str:
+    """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat; ``epoch 3/10`` without ``batch``), or
+    ``step 1200``."""
+    if "epoch" not in beat and "batch" not in beat and "step" in beat:
+        return f"step {beat['step']}"
+    epochs = progress.epochs or beat.get("epochs")
+    place = f"epoch {beat.get('epoch', '?')}{f'/{epochs}' if epochs else ''}"
+    if not batch:
+        return place
+    per_epoch = progress.batches_per_epoch or _number(beat.get("batches"), 0)
+    return f"{place}, batch {beat.get('batch', '?')}{f'/{per_epoch:.0f}' if per_epoch else ''}"
+
+
 def render(
     run_dir: Path,
     progress: Progress,
@@ -198,13 +219,14 @@ def render(
 ) -> List[str]:
     """Human-readable status lines: where a live run stands, or how an ended one finished."""
     now = time.time() if now is None else now
-    attempt = f" (attempt {progress.state['attempt']})" if "attempt" in progress.state else ""
-    lines = [f"run       {run_dir}", f"state     {progress.state.get('state', 'unknown')}{attempt}"]
+    attempt = [f"attempt {progress.state['attempt']}"] if "attempt" in progress.state else []
+    rung = [f"profile {progress.state['profile']}"] if progress.state.get("profile") else []  # a profile or a ladder's rung
+    said = f" ({', '.join(attempt + rung)})" if attempt else ""
+    lines = [f"run       {run_dir}", f"state     {progress.state.get('state', 'unknown')}{said}"]
     finished = progress.finished
     if finished is not None:
         lines[-1] += f", finished at {_clock(_ts(finished))}, exit {finished.get('code', '?')}"
-        epochs = f"/{progress.epochs}" if progress.epochs else ""
-        lines.append(f"trained   epoch {progress.beat.get('epoch', '?')}{epochs}")
+        lines.append(f"trained   {_place(progress.beat, progress, batch=False)}")
     else:
         lines += _live_lines(progress, now, health)
     lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
@@ -227,12 +249,10 @@ def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[s
     beat = progress.beat
     lines = []
     if beat:
-        epochs = f"/{progress.epochs}" if progress.epochs else ""
-        per_epoch = progress.batches_per_epoch
-        batches = f"/{per_epoch:.0f}" if per_epoch else ""
+        source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
         lines.append(
-            f"progress  epoch {beat.get('epoch', '?')}{epochs}, batch {beat.get('batch', '?')}{batches}, "
-            f"phase {beat.get('phase', '?')}, last beat {duration(now - beat.get('ts', now))} ago"
+            f"progress  {_place(beat, progress)}, phase {beat.get('phase', '?')}, "
+            f"last beat {duration(now - _number(beat.get('ts'), now))} ago{source}"
         )
         if beat.get("imgs_per_s"):
             lines.append(f"speed     {beat['imgs_per_s']} img/s")

@@ -25,12 +25,15 @@ from typing import Mapping, Optional, Sequence
 
 from trainbox import module_command
 from trainbox.rundir.events import Retry
-from trainbox.supervise.planner import Launch, Next, Planner
-from trainbox.supervise.policy import CauseStreak, Outcome, hint
+from trainbox.supervise.planner import Launch, Next, Planner, moved_reason
+from trainbox.supervise.policy import CauseStreak, Outcome
 from trainbox.supervise.settings import LAUNCH_SETTINGS, STARTUP_TIMEOUT
 from trainbox.yolo import warmup
 from trainbox.yolo.args import PROFILE_KEYS
 from trainbox.yolo.profiles import Profile
+
+#: What the ``native`` rung changes, for the ``restart`` event's reason.
+NATIVE = "PyTorch's own convolutions in FP32, nothing to compile"
 
 
 class ProfileLadder(Planner):
@@ -94,7 +97,7 @@ class ProfileLadder(Planner):
         if rung is not None:
             self.profile = self.by_name[rung]
             self.streak = CauseStreak()
-        return Next(self.current(), retry, self._reason(cause, retry, before))
+        return Next(self.current(), retry, moved_reason(cause, retry, before.name, self.profile.name, NATIVE))
 
     def _rung(self, retry: Retry, before_first_step: bool) -> Optional[str]:
         """The profile ``retry`` moves to, or None to stay on the current one."""
@@ -104,17 +107,3 @@ class ProfileLadder(Planner):
             below = self.chain[self.chain.index(self.profile) + 1 :]
             return next((p.name for p in below if p.conv_backend == "native"), None)
         return None
-
-    def _reason(self, cause: str, retry: Retry, before: Profile) -> str:
-        """The ``restart`` event's ``reason``: the cause, what the next attempt runs, and why."""
-        now = self.profile.name
-        if now == before.name:
-            how = {
-                Retry.SAME: f"{now} once more",
-                Retry.GPU_RELEASE: f"{now} once more, after the GPU memory is released",
-            }.get(retry, f"{now} again: no rung left below it")
-        elif retry is Retry.NATIVE:
-            how = f"{now}: PyTorch's own convolutions in FP32, nothing to compile"
-        else:
-            how = f"down the ladder to {now}"
-        return f"{cause}: {how}{hint(cause)}"
