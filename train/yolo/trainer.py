@@ -145,7 +145,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
             self.args.amp = passed
             self.scaler = device_probe.grad_scaler(enabled=passed)
         record = self.device_defaults.record(amp=self.args.amp, amp_check=check)
-        LOGGER.info(trained_with(self.settings, record, apply_cpu_threads(self.settings.cpu_threads), check))
+        LOGGER.info(trained_with(self.settings, record, torch.get_num_threads(), check))
         self.beats.device(record)
         # Ultralytics wrote args.yaml in its __init__, before the device was decided for.
         YAML.save(Path(self.save_dir) / RunDir.train_args.name, vars(self.args))
