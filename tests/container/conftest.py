@@ -9,6 +9,7 @@ unless ``TRAINBOX_CA_CERTS`` says otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
+import docker
 import pytest
 
 from tests.paths import REPO
@@ -80,10 +82,18 @@ def cpu_image(session_env) -> Dict[str, object]:
     return build_once("cpu")
 
 
-@pytest.fixture(scope="session")
-def cuda_image(session_env) -> Dict[str, object]:
-    """The CUDA image, built here on the bootstrapped Debian 12 base; it runs on the CPU without a GPU."""
-    return build_once("cuda")
+@contextlib.contextmanager
+def removed_after_unless_kept(docker_api, tag: str) -> Iterator[None]:
+    """Remove ``tag`` after the block when it was not on the engine before it: an image built only for
+    some tests (the CUDA image is 6.8 GB, the native Debian 13 one 6 GB) leaves CI's disk once they are
+    done, while an image a developer had before the session stays for the next run."""
+    kept = bool(docker_api.images(name=tag))
+    try:
+        yield
+    finally:
+        if not kept:
+            with contextlib.suppress(docker.errors.APIError):
+                docker_api.remove_image(tag, force=True)
 
 
 def invoke(args: List[str], env: Dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:

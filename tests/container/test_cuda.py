@@ -19,7 +19,33 @@ import pytest
 
 from trainbox.container import compose, dotenv, envfiles, launch
 
-from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID, assert_checkpoint, events, invoke, settings_of
+from .conftest import (
+    FAST_SUPERVISOR,
+    ROOT,
+    TEST_GID,
+    TEST_UID,
+    assert_checkpoint,
+    build_once,
+    events,
+    invoke,
+    removed_after_unless_kept,
+    settings_of,
+)
+from .test_image import ImageContract
+
+
+@pytest.fixture(scope="module")
+def cuda_image(docker_api, session_env) -> Iterator[Dict[str, object]]:
+    """The CUDA image, built here on the bootstrapped Debian 12 base (it runs on the CPU without a GPU),
+    for this module only."""
+    with removed_after_unless_kept(docker_api, "trainbox:cuda"):
+        yield build_once("cuda")
+
+
+class TestCudaImage(ImageContract):
+    @pytest.fixture
+    def image(self, cuda_image: Dict[str, object]) -> Dict[str, object]:
+        return {**cuda_image, "flavor": "cuda"}
 
 
 def nvidia_runtime(docker_api) -> bool:

@@ -21,13 +21,13 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 
 from trainbox.container import dotenv, envfiles
 
-from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID
+from .conftest import FAST_SUPERVISOR, ROOT, TEST_GID, TEST_UID, removed_after_unless_kept
 
 HERE = Path(__file__).resolve().parent / "native"
 #: What the native route uses of a checkout: the package, its metadata (README.md is the long description)
@@ -58,21 +58,28 @@ def build_context(into: Path) -> Path:
     return into
 
 
-@pytest.fixture(scope="session")
-def native_image(docker_api, session_env, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
-    """Debian 13 with trainbox pip-installed in its own Python's venv; torch's layer is cached between runs."""
+@pytest.fixture(scope="module")
+def native_image(docker_api, session_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, str]]:
+    """Debian 13 with trainbox pip-installed in its own Python's venv, for this module (removed after it
+    unless it was here before: torch's layer is then cached between a developer's runs)."""
     values = dotenv.settings("cpu")
-    suite, python = values["NATIVE_DEBIAN_SUITE"], values["NATIVE_PYTHON"]
+    suite = values["NATIVE_DEBIAN_SUITE"]
     base = f"trainbox-base:{suite}"
     if not docker_api.images(name=base):
         pytest.fail(f"no base image {base}: run .ci/docker-setup.sh, which bootstraps it")
     tag = f"trainbox-native:{suite}"
+    with removed_after_unless_kept(docker_api, tag):
+        yield build_native(docker_api, values, base, tag, tmp_path_factory.mktemp("native-context"))
+
+
+def build_native(docker_api, values: Dict[str, str], base: str, tag: str, context: Path) -> Dict[str, str]:
+    """Build native/Dockerfile on ``base`` from ``context`` as ``tag``; fail the test with the log's end if it fails."""
     buildargs = {"NATIVE_BASE_IMAGE": base, **{key: values[key] for key in PINNED_ARGS}}
     buildargs.update({name: values[name] for name in dotenv.PROXY_VARIABLES if values[name]})
     log = io.StringIO()
     started = time.monotonic()
     stream = docker_api.build(
-        path=str(build_context(tmp_path_factory.mktemp("native-context"))),
+        path=str(build_context(context)),
         tag=tag,
         buildargs=buildargs,
         network_mode="host",
@@ -85,7 +92,7 @@ def native_image(docker_api, session_env, tmp_path_factory: pytest.TempPathFacto
             pytest.fail(f"build of {tag} failed: {chunk['error'].strip()}\n{log.getvalue()[-3000:]}")
         log.write(chunk.get("stream") or "")
     print(f"built {tag} in {time.monotonic() - started:.0f} s")
-    return {"tag": tag, "python": python}
+    return {"tag": tag, "python": values["NATIVE_PYTHON"]}
 
 
 def run_offline(docker_api, image: str, script: str, work: Path, timeout: float = 900) -> str:

@@ -5,6 +5,10 @@ The CPU image is reused when it exists and was built from today's lock (tests/co
 tests pin it under their own tag, so a rebuild of ``trainbox:cpu`` by another
 test during the session cannot change the image they bundle. Without Docker
 the tests skip locally and fail in CI (CI=true).
+
+The bundle (as large as the image, about 4 GB) and the second engine's data root
+(the restored image, as large again) are the package's: both are gone before the
+rest of the Docker suite runs, so CI's disk holds them only while they are used.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def engine1() -> docker.APIClient:
         raise
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def second_engine() -> Iterator[SecondEngine]:
     """The second engine itself (its ``url`` is the DOCKER_HOST of an ``invoke`` run against it)."""
     second = SecondEngine()
@@ -77,12 +81,12 @@ def second_engine() -> Iterator[SecondEngine]:
         second.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine2(second_engine: SecondEngine) -> docker.APIClient:
     return second_engine.client()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cpu_image(engine1: docker.APIClient) -> Iterator[str]:
     """ID of the CPU image, tagged TEST_TAG for the session."""
     ref = fingerprint.image_ref("cpu", ROOT)
@@ -103,7 +107,7 @@ def cpu_image(engine1: docker.APIClient) -> Iterator[str]:
         print(f"note: {TEST_TAG} left on engine 1: {exc.explanation}", file=sys.stderr)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bundle_path(engine1: docker.APIClient, cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A bundle of TEST_TAG made on engine 1 (deleted at the end: it is as large as the image)."""
     out = tmp_path_factory.mktemp("bundle") / "trainbox-cpu.tar"

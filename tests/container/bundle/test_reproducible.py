@@ -3,7 +3,8 @@
 Build A uses the layer cache (its layers come from an earlier build of the
 same inputs, or it is built now); build B uses none. Both must have the same
 ``pip freeze`` and the same sha256 for every file under site-packages. This
-costs one full no-cache build (network, minutes): one session-scoped build.
+costs one full no-cache build (network, minutes), made once for this module and removed after it
+(a second copy of the image's 4 GB on disk only while it is compared).
 
 What makes it hold: pip installs with ``--no-compile``, then ``compileall
 --invalidation-mode unchecked-hash`` writes every .pyc once with the source's
@@ -80,7 +81,7 @@ def run(client: docker.APIClient, image: str, script: str) -> str:
         client.remove_container(container, force=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def two_builds(engine1: docker.APIClient) -> Iterator[Tuple[str, str]]:
     ids = (build(engine1, *TAGS["cached"], nocache=False), build(engine1, *TAGS["fresh"], nocache=True))
     yield ids
