@@ -27,7 +27,7 @@ losses 3.95, 2.00, 2.04 at epoch 2 falling to 2.41, 0.95, 1.15 (the first epoch'
 lower: Ultralytics' assigner matches few anchors to an untrained model); 7.4 CPU
 minutes. With Ultralytics' ``nbs=64`` (and no warm-up) 256 images at ``batch=16`` took
 10 epochs, 40 steps, for mAP50 0.59 (6.2 CPU minutes); 128 images of larger objects at
-``batch=8``, two steps an epoch, reached no mAP in 7 epochs. The tests train on 32 + 8 images (``tests/supervised.py``).
+``batch=8``, two steps an epoch, reached no mAP in 7 epochs. The tests train on 32 + 8 images at 96 px (``tests/supervised.py``).
 """
 
 from __future__ import annotations
