@@ -35,7 +35,7 @@ from invoke.main import program
 from trainbox import errors, interrupt
 from trainbox.container import build as build_image
 from trainbox.container import bundle as bundles
-from trainbox.container import dotenv, flavors, launch, locks
+from trainbox.container import compose, dotenv, engine, flavors, launch, locks
 from trainbox.container import fingerprint as fingerprints
 from trainbox.doctor import cli as doctor_cli
 from trainbox.view import live
@@ -120,9 +120,14 @@ def _flavor(flavor: Optional[str]) -> str:
 )
 @one_line_errors
 def setup(c, flavor=None, ca_cert=None):
-    """Write .env for docker compose (then: docker compose up)."""
-    path = dotenv.write(ROOT, dotenv.settings(_flavor(flavor), ca_cert or []))
+    """Write .env for docker compose and create the shared cache volumes (then: docker compose up)."""
+    flavor = _flavor(flavor)
+    values = dotenv.settings(flavor, ca_cert or [])
+    path = dotenv.write(ROOT, values)
     print(f"wrote {path}")
+    service = compose.service(flavor, dotenv.variables(values), ROOT)
+    if service.named_volumes:
+        launch.ensure_volumes(engine.api(), service)
 
 
 @task(
@@ -156,20 +161,22 @@ def build(c, flavor=None, ca_cert=None, no_cache=False):
 def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, supervisor="", name=None, no_build=False):
     """Train in a container created from compose.yaml's service; Ctrl-C stops it gracefully."""
     environment = dict(pair.split("=", 1) for pair in launch.parse_pairs(env or [], "--env"))
+    overrides, supervisor_args = list(set_ or []), shlex.split(supervisor)
+    launch.check_arguments(profile, overrides, supervisor_args)  # a mistake is the only line, before the flavor's note
     request = launch.TrainRequest(
         profile=profile,
         flavor=_flavor(flavor),
         root=ROOT,
         data=Path(data) if data else None,
-        overrides=list(set_ or []),
-        supervisor_args=shlex.split(supervisor),
+        overrides=overrides,
+        supervisor_args=supervisor_args,
         environment=environment,
         run_name=name,
         build_missing=not no_build,
     )
-    code = launch.train(request)
+    code, run_dir = launch.train(request)
     if code != 0:
-        raise Exit(f"error: training container exited with {code}: see `invoke logs` and the run's events.jsonl", code=code)
+        raise Exit(launch.failed_line(code, run_dir), code=code)
 
 
 @task(
@@ -194,14 +201,14 @@ def status(c, run=None, run_dir=None, deadline=None, watch=False):
 @one_line_errors
 def logs(c, run=None, follow=False):
     """Print the run container's logs."""
-    launch.logs(run, follow)
+    launch.logs(ROOT, run, follow)
 
 
 @task(help={"run": "run name (default: the newest run)"})
 @one_line_errors
 def stop(c, run=None):
     """Stop the run's container, giving the supervisor its grace period to save."""
-    print(f"stopped {launch.stop(run)}")
+    print(f"stopped {launch.stop(ROOT, run)}")
 
 
 @task(

@@ -16,7 +16,7 @@ from typing import List
 
 import pytest
 
-from tests.supervised import Finished
+from tests.supervised import SMALL_DEMO_DATA, Finished
 
 #: The most common name there is for a training script, instrumented as the README says.
 USER_SCRIPT = """\
@@ -82,7 +82,7 @@ def test_cli_help_demo_data_and_health_from_the_users_folder(user_folder: Path) 
 @pytest.mark.training
 def test_run_trains_from_the_users_folder_with_spawned_workers(user_folder: Path) -> None:
     """``balanced`` starts its 2 DataLoader workers with spawn: they unpickle Ultralytics' dataset too."""
-    assert run_in(user_folder, [sys.executable, "-m", "trainbox", "demo-data", "data"]).returncode == 0
+    assert run_in(user_folder, [sys.executable, "-m", "trainbox", "demo-data", "data", *SMALL_DEMO_DATA]).returncode == 0
     run_dir = user_folder / "runs" / "yolo"
     done = run_in(
         user_folder,

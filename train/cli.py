@@ -27,8 +27,11 @@ from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
 from trainbox.view import metrics as run_metrics
 from trainbox.view import status as run_status
 from trainbox.yolo import kernels, profiles
+from trainbox.yolo.demo_data import DEMO_IMAGES, DEMO_TRAIN_ARGS
 
 DEFAULT_RUN_DIR = "runs/trainbox"
+#: Where every route keeps its runs: runs/trainbox (run, supervise), runs/<profile>-<time> (invoke train), runs/demo (compose).
+RUNS_DIR = "runs"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,17 +82,29 @@ def build_parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", metavar="KEY=VALUE", help="Ultralytics train arguments (data=, epochs=, imgsz=, ...)"
     )
 
-    demo = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
-    demo.add_argument("directory", type=Path)
-    demo.add_argument("--train", type=_count, default=32, help="training images (default: 32)")
-    demo.add_argument("--val", type=_count, default=8, help="validation images (default: 8)")
-    demo.add_argument("--imgsz", type=_count, default=96, help="image side in pixels (default: 96)")
+    demo = sub.add_parser("demo", help="train the demo: a synthetic dataset in RUN_DIR/demo-data, nothing downloaded")
+    demo.add_argument("--profile", default="safe", help="profile name from env/profiles (default: safe)")
+    demo.add_argument("--profiles-dir", type=Path, default=None, help="where profiles live (default: env/profiles)")
+    _add_supervisor_options(demo, budgets_from_profile=True)
+    over = f"Ultralytics train arguments over the demo's {' '.join(DEMO_TRAIN_ARGS)}"
+    demo.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=over)
+
+    data = sub.add_parser("demo-data", help="write a small synthetic detection dataset (DIR/data.yaml)")
+    data.add_argument("directory", type=Path)
+    for flag, what in (("--train", "training images"), ("--val", "validation images"), ("--imgsz", "image side in pixels")):
+        default = getattr(DEMO_IMAGES, flag[2:])
+        data.add_argument(flag, type=_count, default=default, help=f"{what} (default: {default})")
 
     doctor = sub.add_parser("doctor", help="check this host (--inside: the image) and say how to fix each failure")
     doctor_cli.add_arguments(doctor)
     warm = sub.add_parser("warmup", help="compile and cache MIOpen kernels at a run's shapes before training")
     kernels.add_arguments(warm)
+    _add_run_readers(sub)
+    return parser
 
+
+def _add_run_readers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """The commands that read a run directory: health, status, report, metrics."""
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
     health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
     health.add_argument(
@@ -99,7 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         setting.add_to(health)
 
     status = sub.add_parser("status", help="where a run stands; --watch: a live view until Ctrl-C")
-    status.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    status.add_argument(
+        "--run-dir",
+        type=Path,
+        default=os.environ.get("TRAIN_RUN_DIR"),
+        help=f"the run (default: $TRAIN_RUN_DIR, else the newest run under {RUNS_DIR}/: the latest last event)",
+    )
     status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C (plain lines without a terminal)")
     status.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}: does the run finish in time?")
     report = sub.add_parser("report", help="write the run's report: one self-contained HTML file with charts")
@@ -108,7 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--deadline", help=f"{run_status.DEADLINE_FORMATS}, for the summary's verdict")
     metrics = sub.add_parser("metrics", help="the run's Prometheus metrics: a node_exporter textfile, or /metrics over HTTP")
     run_metrics.add_arguments(metrics)
-    return parser
 
 
 def _settings(args: argparse.Namespace) -> SupervisorSettings:
@@ -163,15 +182,32 @@ def _run(args: argparse.Namespace) -> int:
     return Supervisor(_spec(args, ladder, settings)).run()
 
 
-def _demo_data(args: argparse.Namespace) -> int:
+def _write_demo_data(directory: Path, train: int, val: int, imgsz: int) -> Path:
     from trainbox.yolo.demo_data import write_demo_dataset
 
     try:
-        data_yaml = write_demo_dataset(args.directory, train=args.train, val=args.val, imgsz=args.imgsz)
+        return write_demo_dataset(directory, train=train, val=val, imgsz=imgsz)
     except OSError as exc:
-        raise UserError(f"cannot write the demo dataset to {args.directory}: {exc.strerror or exc}") from None
-    print(data_yaml)
+        raise UserError(f"cannot write the demo dataset to {directory}: {exc.strerror or exc}") from None
+
+
+def _demo_data(args: argparse.Namespace) -> int:
+    print(_write_demo_data(args.directory, args.train, args.val, args.imgsz))
     return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """``run`` on the demo dataset, written into the run directory, with the demo's arguments under the user's."""
+    from trainbox.yolo.args import check_pairs
+
+    given = check_pairs(args.overrides)  # bad input is refused before the dataset is written, as by `run`
+    if "data" in given:
+        raise UserError("demo trains its own dataset: for yours, `python -m trainbox run --profile NAME data=PATH`")
+    profiles.load(args.profile, args.profiles_dir or profiles.default_profiles_dir())
+    data_yaml = _write_demo_data(RunDir(args.run_dir).demo_data, DEMO_IMAGES.train, DEMO_IMAGES.val, DEMO_IMAGES.imgsz)
+    defaults = [pair for pair in DEMO_TRAIN_ARGS if pair.partition("=")[0] not in given]
+    args.overrides = [*defaults, *args.overrides, f"data={data_yaml}"]
+    return _run(args)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -190,11 +226,12 @@ def _deadline(text: Optional[str]) -> Optional[datetime.datetime]:
 
 def _status(args: argparse.Namespace) -> int:
     deadline = _deadline(args.deadline)
+    run_dir = Path(args.run_dir) if args.run_dir else run_status.newest_run(Path(RUNS_DIR))
     if args.watch:
         from trainbox.view import live as watch
 
-        return watch.main(args.run_dir, deadline)
-    print("\n".join(run_status.render(args.run_dir, run_status.read(args.run_dir), deadline=deadline)))
+        return watch.main(run_dir, deadline)
+    print("\n".join(run_status.render(run_dir, run_status.read(run_dir), deadline=deadline)))
     return 0
 
 
@@ -209,7 +246,7 @@ def _report(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as missing:
         if missing.name != "matplotlib":
             raise
-        raise UserError("trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)") from None
+        raise UserError("trainbox report needs matplotlib: pip install matplotlib (the host and yolo extras have it)") from None
     return 0
 
 
@@ -230,6 +267,7 @@ def _main(own: List[str], command: List[str]) -> int:
             raise UserError(f"'--' is only for 'supervise'; {args.command} takes no command")
         handlers = {
             "run": _run,
+            "demo": _demo,
             "demo-data": _demo_data,
             "health": _health,
             "doctor": doctor_cli.main,

@@ -189,6 +189,11 @@ def runs_dir(tmp_path: Path, session_env: Dict[str, str]) -> Path:
     return runs
 
 
+def run_labels(run: str) -> Dict[str, str]:
+    """The labels `invoke train` gives run ``run``'s container in this checkout (its compose project)."""
+    return {launch.RUN_LABEL: run, launch.PROJECT_LABEL: launch.project(ROOT)}
+
+
 @pytest.fixture
 def run_name(request: pytest.FixtureRequest, docker_api) -> Iterator[str]:
     """A run name unique to this test and session; its container is removed afterwards."""

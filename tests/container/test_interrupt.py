@@ -20,9 +20,8 @@ import pytest
 
 from tests.invoked import Invoked, last_line
 from trainbox import interrupt
-from trainbox.container import launch
 
-from .conftest import FAST_SUPERVISOR, LOCAL_CAS, container_of
+from .conftest import FAST_SUPERVISOR, LOCAL_CAS, container_of, run_labels
 
 SIGINT_EXIT = 128 + signal.SIGINT
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -245,7 +244,7 @@ def chatty_container(docker_api, cpu_image, run_name: str) -> str:
         cpu_image["tag"],
         entrypoint=["sh", "-c"],
         command=["while :; do echo tick; sleep 0.2; done"],
-        labels={launch.RUN_LABEL: run_name},
+        labels=run_labels(run_name),
         network_disabled=True,
         host_config=docker_api.create_host_config(network_mode="none"),
     )

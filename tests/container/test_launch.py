@@ -1,4 +1,4 @@
-"""What `invoke train --data` mounts, decided on the host without Docker (train/container/launch.py)."""
+"""What `invoke train` checks and mounts, decided on the host without Docker (train/container/launch.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from tests.rundir.hostile import Outside
 from trainbox.container import launch
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
-from trainbox.yolo import dataset
+from trainbox.yolo import args, dataset
+
+from .conftest import invoke
 
 
 def split_dirs(root: Path, *relative: str) -> None:
@@ -116,3 +118,48 @@ def test_a_logs_link_made_by_the_container_is_never_written_through(tmp_path: Pa
     (run.container_log.directory / "container-0.log").write_text("an earlier one\n")
     assert launch._retire(client, "c0ffee", "trainbox-r", run) == run.container_log(1)  # type: ignore[arg-type]
     assert run.container_log(1).read_bytes() == b"epoch 1 ...\nepoch 2 ...\n"
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (["--profile", "saef"], "unknown profile 'saef': choose one of balanced, fast, fast-compile, safe, safe-native"),
+        (["--set", "epochs=abc"], "epochs=abc: expected int"),
+        (["--set", "nosuchkey=1"], "unknown argument 'nosuchkey'"),
+        (["--set", "data=/tmp/data.yaml"], "--set data=: the dataset is --data PATH"),
+        (["--supervisor", "--stall-timeout abc"], "--supervisor: argument --stall-timeout: expected a number, got 'abc'"),
+        (["--supervisor", "--backoff 10 --backoff-max 1"], "--supervisor: --backoff-max (1) must be >= --backoff (10)"),
+    ],
+    ids=["profile", "value", "key", "data", "supervisor-value", "supervisor-combination"],
+)
+def test_invoke_train_refuses_bad_input_before_making_anything(tmp_path: Path, given: List[str], message: str) -> None:
+    """One line, exit 2, and nothing made: no run directory, and not even the engine asked (it is unreachable here,
+    and a request that got that far would end in "Docker daemon not reachable"), so no container or image."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock", "TRAINBOX_RUNS_HOST": str(runs)}
+    result = invoke(["train", *given], env, timeout=120)  # no --flavor: no note about the flavor chosen either
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainbox: error: ") and message in lines[0], result.stderr
+    assert not runs.exists()
+
+
+def test_the_host_checks_against_the_images_ultralytics_without_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host extra has no Ultralytics: `--set` is checked against the pinned copy (env/ultralytics-cfg), never the install."""
+
+    def not_installed() -> Path:
+        raise args.OverrideError("ultralytics is not installed")
+
+    monkeypatch.setattr(args, "default_cfg_path", not_installed)
+    launch.check_arguments("safe", ["epochs=5", "model=yolov8s.yaml", "amp=false"], ["--stall-timeout", "60"])
+    with pytest.raises(UserError, match=r"imgsz=\[1, 2\]: must be a whole number from 32 to 8192"):
+        launch.check_arguments("safe", ["imgsz=[1, 2]"], [])
+
+
+def test_a_failed_run_points_only_at_what_exists(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "safe-20261124-2340")
+    run.root.mkdir()
+    logs = "see `invoke logs --run safe-20261124-2340`"
+    assert launch.failed_line(3, run.root) == f"error: the training container exited with 3: {logs}"
+    run.events.write_text("{}\n")
+    assert launch.failed_line(3, run.root).endswith(f"{logs} and the run's history, {run.events}")

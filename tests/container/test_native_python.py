@@ -5,8 +5,8 @@ A new user's machine today runs Debian 13 (Python 3.13) or Ubuntu 24.04 (3.12).
 torch and torchvision from PyPI, then the README's ``pip install -e '.[yolo]'``
 of this checkout (the install needs the network, so it happens at build time, as
 every image build here does). The test then runs the README's native commands in
-that system with no network at all: ``demo-data``, a one-epoch supervised
-Ultralytics run, and ``supervise`` of ``examples/plain_pytorch.py``.
+that system with no network at all: ``trainbox demo`` (its dataset and a supervised
+Ultralytics run, one epoch here), and ``supervise`` of ``examples/plain_pytorch.py``.
 
 The base is bootstrapped like the others (.ci/docker-setup.sh); its suite and
 Python are ``NATIVE_DEBIAN_SUITE`` and ``NATIVE_PYTHON`` in env/stack.env, torch
@@ -132,8 +132,7 @@ def test_native_install_trains_the_demo_and_supervises_a_script(docker_api, nati
     script = " && ".join(
         [
             "python --version",
-            "trainbox demo-data demo",
-            f"trainbox run --profile safe --run-dir runs/yolo {FAST_SUPERVISOR} data=demo/data.yaml epochs=1 imgsz=64",
+            f"trainbox demo --run-dir runs/yolo {FAST_SUPERVISOR} epochs=1",  # the README's native demo, one epoch
             f"trainbox supervise --run-dir runs/plain {FAST_SUPERVISOR} --stall-timeout 120 "
             "-- python /examples/plain_pytorch.py --epochs 1 --samples 64 --workers 2",
         ]

@@ -225,6 +225,26 @@ def test_cuda_service() -> None:
     assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in DOCKERFILES["cuda"].read_text()
 
 
+def test_the_compose_project_is_the_checkouts_folder_and_only_the_caches_are_shared(tmp_path: Path) -> None:
+    """Two checkouts are two compose projects (compose-go's NormalizeProjectName of the folder); the kernel-cache
+    volumes keep one fixed name each, shared by every checkout, and no project owns them (external)."""
+    document = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    assert "name" not in document, "a fixed project name makes every checkout one project"
+    checkout = tmp_path / "_My Checkout.v2"
+    checkout.mkdir()
+    shutil.copy(ROOT / "compose.yaml", checkout)
+    plain = {key: value for key, value in variables().items() if key != "COMPOSE_PROJECT_NAME"}
+    assert compose.project_name(plain, checkout) == "mycheckoutv2"
+    assert compose.project_name({**plain, "COMPOSE_PROJECT_NAME": "night"}, checkout) == "night"
+    assert compose.service("cpu", plain, checkout).project == "mycheckoutv2"
+    for name, volume in document["volumes"].items():
+        assert volume == {"name": f"trainbox_{name}", "external": True}
+    assert {v["source"] for v in compose.service("rocm", plain, checkout).named_volumes} == {
+        "trainbox_miopen-db",
+        "trainbox_miopen-kernels",
+    }
+
+
 def test_unsupported_deploy_settings_are_refused(tmp_path: Path) -> None:
     text = (ROOT / "compose.yaml").read_text().replace("      resources:\n", "      replicas: 2\n      resources:\n", 1)
     (tmp_path / "compose.yaml").write_text(text)

@@ -31,10 +31,11 @@ def trainbox(args: List[str], run_dir: Path, engine_restarts: bool) -> subproces
     "args, code",
     [
         (["run", "--profile", "safe", "nosuchkey=1"], ExitCode.USAGE),
+        (["demo", "nosuchkey=1"], ExitCode.USAGE),  # the image's default command, `docker compose up`'s
         (["supervise", "--max-restarts", "0", "--backoff", "0.1", "--", sys.executable, "-c", "print('x')"], ExitCode.OK),
         (["supervise", "--max-restarts", "0", "--backoff", "0.1", "--", sys.executable, "-c", "raise SystemExit(7)"], None),
     ],
-    ids=["bad-input", "completed", "gave-up-or-misconfigured"],
+    ids=["bad-input", "demo-bad-input", "completed", "gave-up-or-misconfigured"],
 )
 def test_final_outcomes_reach_the_engine_as_zero_and_are_recorded(tmp_path: Path, args: List[str], code: int) -> None:
     run_dir = tmp_path / "run"

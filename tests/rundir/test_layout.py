@@ -15,9 +15,9 @@ from trainbox.rundir.layout import IncidentDir, RunDir
 
 
 def readme_layout() -> List[str]:
-    """The paths of the README's run-directory table (section "Set up and train")."""
+    """The paths of the README's run-directory table (section "Training runs")."""
     text = (REPO / "README.md").read_text()
-    section = text[text.index("## Set up and train") :]
+    section = text[text.index("## Training runs") :]
     table = section[section.index("| path | what |") :].split("\n\n", 1)[0]
     rows = table.splitlines()[2:]  # the header and its separator
     paths = [re.fullmatch(r"\| `([^`]+)` \| .+ \|", row) for row in rows]

@@ -18,12 +18,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 from PIL import Image, ImageStat
 
-from tests.supervised import Finished, faulty_child, train_cli
+from tests.supervised import REPO, Finished, faulty_child, train_cli
+from trainbox.rundir.events import EVENTS
 from trainbox.rundir.layout import IncidentDir, RunDir
 from trainbox.view import html_report, runview
 
@@ -47,6 +48,11 @@ def stalled_run(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     assert done.code == 0, done.stderr
     assert done.kinds() == ["start", "stall", "restart", "start", "exit"]
     return done
+
+
+def shadowing(shadow: Path) -> Dict[str, str]:
+    """The environment of a child whose imports find ``shadow``'s modules first (this checkout's trainbox still next)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), os.environ.get("PYTHONPATH")]))}
 
 
 def images(page: str) -> List[Image.Image]:
@@ -195,26 +201,72 @@ def test_without_matplotlib_the_run_ends_as_it_would_with_one_line_saying_so(tmp
     shadow.mkdir()
     (shadow / "matplotlib.py").write_text("raise ModuleNotFoundError('No module named matplotlib', name='matplotlib')\n")
     run_dir = tmp_path / "run"
-    env = {"PYTHONPATH": str(shadow)}
+    env = shadowing(shadow)
     done = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *faulty_child("--steps", "3")], run_dir, env)
     assert done.code == 0 and done.kinds() == ["start", "exit"], done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "trainbox: no report written: matplotlib is not installed (`pip install matplotlib`, or trainbox[yolo])"
+        "trainbox: no report written: matplotlib is not installed (`pip install matplotlib`; the host and yolo extras have it)"
     )
     assert not RunDir(run_dir).report.exists()
     refused = train_cli(["report", str(run_dir)], run_dir, env)
     assert (
         refused.code == 2
         and refused.stderr
-        == "trainbox: error: trainbox report needs matplotlib: pip install matplotlib (Ultralytics brings it)\n"
+        == "trainbox: error: trainbox report needs matplotlib: pip install matplotlib (the host and yolo extras have it)\n"
     )
+
+
+def test_the_host_extra_renders_a_report(stalled_run: Finished, tmp_path: Path) -> None:
+    """`trainbox report` on a host with the `host` extra: matplotlib is in it, and nothing of the `yolo` extra is needed
+    (here torch, torchvision, Ultralytics and OpenCV cannot be imported)."""
+    host = re.search(r"^host = \[(.*)\]$", (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert host and "matplotlib" in re.findall(r'"([A-Za-z0-9_.-]+)', host.group(1))
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    for module in ("torch", "torchvision", "ultralytics", "cv2"):
+        (shadow / f"{module}.py").write_text(f"raise ModuleNotFoundError('No module named {module}', name='{module}')\n")
+    out = tmp_path / "report.html"
+    done = train_cli(["report", str(stalled_run.run_dir), "--out", str(out)], stalled_run.run_dir, shadowing(shadow))
+    assert done.code == 0 and done.stdout.strip() == str(out), done.stderr
+    assert len(images(out.read_text())) == 3
+
+
+@pytest.mark.parametrize(
+    "span_s, unit, ticks",
+    [
+        (12.0, "seconds", 12),
+        (179.0, "seconds", 179),
+        (181.0, "minutes", 3.0),
+        (2.5 * 3600, "minutes", 150),
+        (9 * 3600, "hours", 9),
+    ],
+)
+def test_the_time_axis_reads_in_the_unit_that_fits_its_span(span_s: float, unit: str, ticks: float) -> None:
+    axis = html_report.time_axis(1_800_000_000.0, 1_800_000_000.0 + span_s)
+    assert axis.unit == unit and axis.x(1_800_000_000.0 + span_s) == pytest.approx(ticks, rel=0.01)
+    assert axis.label.startswith(f"{unit} since 20")
+
+
+def test_the_timeline_ticks_are_plain_numbers_of_the_unit(stalled_run: Finished) -> None:
+    figure = html_report.timeline_figure(runview.read(stalled_run.run_dir))
+    axes = figure.axes[0]
+    figure.canvas.draw()
+    labels = [tick.get_text() for tick in axes.get_xticklabels() if tick.get_text()]
+    assert axes.get_xlabel().startswith("seconds since "), "a run of seconds, in seconds"
+    assert labels and all(re.fullmatch(r"[−-]?\d+", label) for label in labels), labels
+
+
+def test_every_event_has_details_in_the_history(stalled_run: Finished) -> None:
+    assert set(html_report.EVENT_DETAILS) == set(EVENTS)
+    device = {"event": "device", "description": "CPU (2 cores)", "amp": False, "workers": 0, "pin_memory": False}
+    assert html_report._event_detail(device) == "description CPU (2 cores), amp False, workers 0, pin_memory False"
 
 
 def test_status_without_watch_is_the_snapshot(stalled_run: Finished) -> None:
     done = train_cli(["status", "--run-dir", str(stalled_run.run_dir), "--deadline", "2000-01-01T00:00"], stalled_run.run_dir)
     assert done.code == 0, done.stderr
     assert f"epoch {EPOCHS}/{EPOCHS}" in done.stdout and "restarts  1, stalls 1, crashes 0" in done.stdout
-    assert "deadline  2000-01-01 00:00: expected finish" in done.stdout
+    assert "deadline  2000-01-01 00:00: finished" in done.stdout and "finished at" in done.stdout, "the run has ended"
 
 
 def test_a_directory_supervised_twice_is_one_run(tmp_path: Path) -> None:

@@ -91,6 +91,61 @@ def test_dotenv_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     assert rendered.startswith("# Generated") and "\nTORCH_VERSION=9.9.9\n" in rendered
 
 
+def write_events(run: Path, *records: dict) -> Path:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "events.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run
+
+
+def runs_of_every_route(runs: Path) -> None:
+    """invoke train's runs/<profile>-<time>, compose's runs/demo (made first, trained last), a native run, odd ones."""
+    write_events(runs / "demo", {"event": "start", "ts": NOW - 50}, {"event": "exit", "code": 0, "ts": NOW - 10})
+    os.utime(runs / "demo", (NOW - 900, NOW - 900))
+    write_events(runs / "safe-20261124-2340", {"event": "start", "ts": NOW - 500}, {"event": "exit", "code": 0, "ts": NOW - 400})
+    os.utime(runs / "safe-20261124-2340", (NOW - 5, NOW - 5))  # touched later (a report rewritten): not an event
+    write_events(runs / "trainbox", {"event": "start", "ts": "yesterday"}, {"torn": True})  # untrusted: no usable ts
+    os.utime(runs / "trainbox", (NOW - 800, NOW - 800))
+    (runs / "made-not-started").mkdir()
+    os.utime(runs / "made-not-started", (NOW - 20, NOW - 20))
+    (runs / "notes.txt").write_text("not a run")
+
+
+def test_the_newest_run_is_the_one_with_the_latest_last_event(tmp_path: Path) -> None:
+    runs_of_every_route(tmp_path / "runs")
+    assert status.newest_run(tmp_path / "runs") == tmp_path / "runs" / "demo"
+    write_events(tmp_path / "runs" / "fast-20261125-0001", {"event": "start", "ts": NOW - 1})
+    assert status.newest_run(tmp_path / "runs").name == "fast-20261125-0001"
+    with pytest.raises(UserError, match="no run found under"):
+        status.newest_run(tmp_path / "empty")
+
+
+def test_invoke_status_and_trainbox_status_show_the_newest_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from trainbox import cli
+    from trainbox.container import launch
+
+    runs_of_every_route(tmp_path / "runs")
+    monkeypatch.setenv("TRAINBOX_RUNS_HOST", str(tmp_path / "runs"))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # no engine: no container health to add
+    assert launch.locate(tmp_path, None, None) == (tmp_path / "runs" / "demo", None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRAIN_RUN_DIR", raising=False)
+    assert cli.main(["status"]) == 0
+    assert capsys.readouterr().out.startswith(f"run       {Path('runs') / 'demo'}\n")
+
+
+def test_a_finished_run_says_when_and_how_it_ended_and_nothing_else(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    (run / "state.json").write_text(json.dumps({"state": "succeeded", "attempt": 1, "restarts": 1, "stalls": 1}))
+    with (run / "events.jsonl").open("a") as events:
+        events.write("\n" + json.dumps({"event": "exit", "attempt": 1, "code": 0, "reason": "completed", "ts": NOW - 60}) + "\n")
+    lines = status.render(run, status.read(run), "unhealthy (container exited)", now=NOW)
+    finished = datetime.datetime.fromtimestamp(NOW - 60).strftime("%Y-%m-%d %H:%M:%S")
+    assert lines[1] == f"state     succeeded (attempt 1), finished at {finished}, exit 0"
+    assert lines[2] == "trained   epoch 3/10"
+    text = "\n".join(lines)
+    assert not any(word in text for word in ("health", "phase", "eta", "last beat", "img/s")), text
+
+
 def test_a_child_that_does_not_beat_shows_the_counter_read_from_its_output_and_its_rung(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

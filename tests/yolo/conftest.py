@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from tests.supervised import REPO
+from tests.supervised import REPO, TEST_IMAGES
 from trainbox.yolo import offline
 from trainbox.yolo.demo_data import write_demo_dataset
 
@@ -33,8 +33,8 @@ def offline_ultralytics(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """data.yaml of the default demo dataset (32 train, 8 val images)."""
-    return write_demo_dataset(tmp_path_factory.mktemp("demo"))
+    """data.yaml of the demo dataset at the tests' size (tests.supervised.TEST_IMAGES: 32 train, 8 val, 96 px)."""
+    return write_demo_dataset(tmp_path_factory.mktemp("demo"), *TEST_IMAGES)
 
 
 @dataclass

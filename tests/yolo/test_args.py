@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,9 @@ import pytest
 
 from tests.supervised import REPO
 from tests.yolo.conftest import run_child
+from trainbox.container import envfiles
 from trainbox.errors import UserError
-from trainbox.yolo.args import validate_overrides
+from trainbox.yolo.args import PINNED_DIR, installed, pinned, validate_overrides, write_pinned
 
 
 def test_valid_overrides_come_back_typed(demo_data: Path) -> None:
@@ -75,6 +77,18 @@ def test_data_yaml_without_splits_is_rejected(tmp_path: Path) -> None:
 
 def test_shipped_model_yaml_is_accepted(demo_data: Path) -> None:
     assert validate_overrides([f"data={demo_data}", "model=yolov8n.yaml"])["model"] == "yolov8n.yaml"
+
+
+def test_the_pinned_copy_is_the_images_ultralytics(tmp_path: Path) -> None:
+    """env/ultralytics-cfg/ holds what `invoke train` checks --set against on a host without Ultralytics: the pinned
+    version's default.yaml and model YAMLs, byte for byte (this environment installs the same pin)."""
+    assert importlib.metadata.version("ultralytics") == envfiles.stack()["ULTRALYTICS_VERSION"]
+    for name in ("default.yaml", "models.txt"):
+        fresh = (write_pinned(tmp_path) / name).read_bytes()
+        assert fresh == (PINNED_DIR / name).read_bytes(), (
+            f"env/ultralytics-cfg/{name} is stale: run `python -m trainbox.yolo.args`"
+        )
+    assert pinned() == installed()
 
 
 def test_args_module_stays_host_side() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List
 
@@ -51,6 +52,8 @@ def test_worker_hang_after_first_checkpoint_falls_back_and_resumes(tmp_path: Pat
     resumed_at = output.index("Resuming training")
     assert "Using 4 dataloader workers" in output[:resumed_at]  # fast, on CPU where Ultralytics would use 0
     assert "Using 2 dataloader workers" in output[resumed_at:]  # balanced, applied on the resumed attempt
+    said = re.findall(r"trainbox: trained with amp=(\w+), workers=(\d+), .* \(decided by profile (\S+) for CPU", output)
+    assert said == [("False", "4", "fast"), ("False", "2", "balanced")], "what each attempt trained with, once"
     stacks = done.stacks(0)
     assert "hang_sleep" in stacks and "__getitem__" in stacks and "_worker_loop" in stacks
 

@@ -6,6 +6,15 @@ environment and .env with compose's precedence) and converts it to Docker SDK
 arguments, so both start identical containers. A key this module does not
 know is an error, not silently dropped (tests compare the result with
 ``docker compose config``).
+
+The project name is compose's own (:func:`project_name`): ``COMPOSE_PROJECT_NAME``, else the
+checkout's folder name as compose normalizes it, since compose.yaml sets no ``name:``. So two
+checkouts on one machine are two projects: ``docker compose up`` in one never recreates the
+other's container, and ``invoke train``'s containers (``<project>-<run>``) and ``invoke
+logs``/``stop``/``status`` stay within their checkout. The kernel-cache volumes are the
+exception, on purpose: they carry fixed names (compose.yaml's ``volumes:``), so every checkout
+shares the MIOpen and Inductor caches (hours of compiling on a cold gfx1010 cache; their entries
+are keyed by what they compile, so sharing them is safe).
 """
 
 from __future__ import annotations
@@ -204,6 +213,21 @@ def _device_requests(name: str, deploy: Any) -> List[Dict[str, Any]]:
     return requests
 
 
+#: What compose keeps of a folder's name for a project name (compose-go's NormalizeProjectName): lowercase
+#: letters, digits, '_' and '-', not starting with '_' or '-'.
+_PROJECT_CHARACTERS = re.compile(r"[a-z0-9_-]")
+
+
+def project_name(variables: Mapping[str, str], root: Path = COMPOSE_FILE.parent) -> str:
+    """compose's project name for the checkout at ``root`` (see the module docstring)."""
+    document = load(variables, root / COMPOSE_FILE.name)
+    given = variables.get("COMPOSE_PROJECT_NAME") or document.get("name")
+    name = str(given) if given else "".join(_PROJECT_CHARACTERS.findall(root.resolve().name.lower())).lstrip("_-")
+    if not name:
+        raise UserError(f"no compose project name from the folder {root.resolve().name!r}: set COMPOSE_PROJECT_NAME")
+    return name
+
+
 def service(name: str, variables: Mapping[str, str], root: Path = COMPOSE_FILE.parent) -> Service:
     """Resolve service ``name``; relative bind sources are taken from ``root`` like compose does."""
     document = load(variables, root / COMPOSE_FILE.name)
@@ -214,7 +238,7 @@ def service(name: str, variables: Mapping[str, str], root: Path = COMPOSE_FILE.p
     unknown = set(spec) - RUN_KEYS - OTHER_KEYS
     if unknown:
         raise UserError(f"compose.yaml service {name}: keys not supported by invoke: {', '.join(sorted(unknown))}")
-    project = str(document.get("name") or root.name)
+    project = project_name(variables, root)
     result = Service(
         name=name,
         project=project,

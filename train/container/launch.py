@@ -14,10 +14,19 @@ output is then not saved, and the line says so), never written through
 (issue 33 item 1: ``logs -> ../../../.bashrc.d`` had the host write there).
 Following a run goes on through Docker's restarts of its container (a hung
 supervisor ended by ``health --act``, a crash) and says each in one line.
+
+What the user gave is checked here, on the host, before any image, container,
+``.env`` or run directory is made (:func:`check_arguments`): the profile, every
+``--set KEY=VALUE`` and every ``--supervisor`` option, with the code and the
+messages ``python -m trainbox run`` uses inside (:mod:`trainbox.yolo.profiles`,
+:mod:`trainbox.yolo.args` against the image's pinned Ultralytics,
+:mod:`trainbox.supervise.settings`). A mistake is one line and exit 2, and
+leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import re
@@ -25,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, Iterable, List, Optional, TextIO, Tuple
+from typing import Any, Dict, Iterable, List, NoReturn, Optional, TextIO, Tuple
 
 import docker
 from docker.types import DeviceRequest, Mount
@@ -37,10 +46,14 @@ from trainbox.rundir import exit_record
 from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.safe import Refusal
-from trainbox.yolo import dataset
+from trainbox.supervise import settings
+from trainbox.view import status as run_status
+from trainbox.yolo import args, dataset, profiles
 
 RUN_LABEL = "io.trainbox.run"
-#: Docker's container-name characters (the container is trainbox-NAME; runs/NAME is its directory).
+#: The compose project (the checkout) a run's container belongs to: `invoke logs/stop/status` look in their own.
+PROJECT_LABEL = "io.trainbox.project"
+#: Docker's container-name characters (the container is <project>-NAME; runs/NAME is its directory).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_GRACE_S = 10.0
 
@@ -69,6 +82,32 @@ def parse_pairs(pairs: Iterable[str], what: str) -> List[str]:
             raise UserError(f"{what} expects KEY=VALUE, got {pair!r}")
         result.append(pair)
     return result
+
+
+class _SupervisorOptions(argparse.ArgumentParser):
+    """``--supervisor``'s options, parsed as ``python -m trainbox run`` parses them (the settings table)."""
+
+    def __init__(self) -> None:
+        super().__init__(prog="--supervisor", add_help=False)
+        settings.add_arguments(self, profile_defaults=True)
+        self.add_argument("--quiet", action="store_true")
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(
+            f"--supervisor: {message} (it takes the options of `python -m trainbox run --help` but --run-dir and --profiles-dir)"
+        )
+
+
+def check_arguments(profile: str, overrides: List[str], supervisor_args: List[str]) -> None:
+    """Refuse a bad profile, ``--set`` or ``--supervisor`` option as the training process would, before anything is made."""
+    profiles.load(profile)
+    given = args.check_pairs(parse_pairs(overrides, "--set"), args.pinned())
+    if "data" in given:
+        raise UserError("--set data=: the dataset is --data PATH (mounted read-only; without it, the demo dataset)")
+    try:
+        settings.SupervisorSettings.from_arguments(_SupervisorOptions().parse_args(supervisor_args))
+    except ValueError as exc:
+        raise UserError(f"--supervisor: {exc}") from None
 
 
 def _dataset_yaml(data: Path) -> Path:
@@ -191,6 +230,7 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
 
     Every check on what the user gave comes before anything is written.
     """
+    check_arguments(request.profile, request.overrides, request.supervisor_args)
     run_name = _valid_run_name(request.run_name or f"{request.profile}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     overrides = parse_pairs(request.overrides, "--set")
     found = _resolve_dataset(request.data) if request.data is not None else None
@@ -214,6 +254,7 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
     run_dir = Path(next(b["source"] for b in service.binds if b["target"] == f"{runtime['TRAINBOX_RUNS']}/{run_name}"))
     labels = {
         RUN_LABEL: run_name,
+        PROJECT_LABEL: service.project,
         "io.trainbox.flavor": request.flavor,
         "io.trainbox.profile": request.profile,
         "io.trainbox.run-dir": str(run_dir),
@@ -241,8 +282,7 @@ def _start(request: TrainRequest) -> Tuple[docker.APIClient, str, compose.Servic
             raise
         print(f"note: image {service.image} not found, building it first", file=sys.stderr)
         build.build(request.flavor, request.root)
-    for volume in service.named_volumes:
-        _ensure_volume(client, volume["source"], service.project)
+    ensure_volumes(client, service)
     host_config = client.create_host_config(**host_config_kwargs(service))
     run, name = labels[RUN_LABEL], f"{service.project}-{labels[RUN_LABEL]}"
     taken = UserError(
@@ -301,12 +341,13 @@ def _retire(client: docker.APIClient, container_id: str, name: str, run: RunDir)
     return None if refused is not None else log
 
 
-def _ensure_volume(client: docker.APIClient, name: str, project: str) -> None:
-    """Create a named volume with compose's labels, so `docker compose` adopts it."""
-    if any(v["Name"] == name for v in client.volumes(filters={"name": name}).get("Volumes") or []):
-        return
-    key = name[len(project) + 1 :] if name.startswith(project + "_") else name
-    client.create_volume(name, labels={"com.docker.compose.project": project, "com.docker.compose.volume": key})
+def ensure_volumes(client: docker.APIClient, service: compose.Service) -> None:
+    """Create the service's shared cache volumes that are missing (compose.yaml declares them external)."""
+    for volume in service.named_volumes:
+        if not any(
+            v["Name"] == volume["source"] for v in client.volumes(filters={"name": volume["source"]}).get("Volumes") or []
+        ):
+            client.create_volume(volume["source"])
 
 
 def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextIO] = None) -> int:
@@ -389,35 +430,48 @@ def follow(client: docker.APIClient, container_id: str, grace_s: float, out: Opt
         raise stop from None
 
 
-def train(request: TrainRequest, out: Optional[TextIO] = None) -> int:
-    """Run training in a container, following its logs; return its exit code."""
+def train(request: TrainRequest, out: Optional[TextIO] = None) -> Tuple[int, Path]:
+    """Run training in a container, following its logs; return its exit code and the run directory."""
     client, container_id, service = start(request)
-    return follow(client, container_id, service.stop_grace_s or DEFAULT_GRACE_S, out)
+    run_dir = Path(client.inspect_container(container_id)["Config"]["Labels"]["io.trainbox.run-dir"])
+    return follow(client, container_id, service.stop_grace_s or DEFAULT_GRACE_S, out), run_dir
 
 
-def find(client: docker.APIClient, run: Optional[str] = None) -> Dict[str, Any]:
-    """The container of run ``run``, else the newest trainbox container."""
-    label = f"{RUN_LABEL}={run}" if run else RUN_LABEL
-    containers = client.containers(all=True, filters={"label": label})
+def failed_line(code: int, run_dir: Path) -> str:
+    """``invoke train``'s last line when its container ended with ``code`` != 0: where to look, only what exists."""
+    events = RunDir(run_dir).events
+    history = f" and the run's history, {events}" if events.exists() else ""
+    return f"error: the training container exited with {code}: see `invoke logs --run {run_dir.name}`{history}"
+
+
+def project(root: Path) -> str:
+    """The compose project of the checkout at ``root`` (:func:`trainbox.container.compose.project_name`)."""
+    return compose.project_name(dotenv.variables(dotenv.settings()), root)
+
+
+def find(client: docker.APIClient, root: Path, run: Optional[str] = None) -> Dict[str, Any]:
+    """The container of run ``run`` of this checkout, else its newest trainbox container."""
+    labels = [f"{PROJECT_LABEL}={project(root)}", f"{RUN_LABEL}={run}" if run else RUN_LABEL]
+    containers = client.containers(all=True, filters={"label": labels})
     if not containers:
         raise UserError(f"no trainbox container{' for run ' + run if run else ''}: start one with `invoke train`")
     return max(containers, key=lambda c: c["Created"])
 
 
-def stop(run: Optional[str] = None) -> str:
+def stop(root: Path, run: Optional[str] = None) -> str:
     """Stop a run's container within its grace period; return its run name."""
     client = engine.api()
-    container = find(client, run)
+    container = find(client, root, run)
     timeout = client.inspect_container(container["Id"])["Config"].get("StopTimeout") or DEFAULT_GRACE_S
     client.stop(container["Id"], timeout=int(timeout))
     return container["Labels"][RUN_LABEL]
 
 
-def logs(run: Optional[str] = None, follow_logs: bool = False, out: Optional[TextIO] = None) -> None:
+def logs(root: Path, run: Optional[str] = None, follow_logs: bool = False, out: Optional[TextIO] = None) -> None:
     """Print a run's container logs."""
     out = out or sys.stdout
     client = engine.api()
-    container = find(client, run)
+    container = find(client, root, run)
     if follow_logs:
         with on_stop(f"following the logs of {container['Names'][0].lstrip('/')} (the container runs on)"):
             stream_logs(client, container["Id"], out)
@@ -428,8 +482,8 @@ def logs(run: Optional[str] = None, follow_logs: bool = False, out: Optional[Tex
 def shell_command(run: Optional[str], flavor: str, root: Path) -> List[str]:
     """The docker CLI command for an interactive shell: in the run's container, else a fresh one."""
     client = engine.api()
-    if run is not None or client.containers(filters={"label": RUN_LABEL}):
-        container = find(client, run)
+    if run is not None or client.containers(filters={"label": [RUN_LABEL, f"{PROJECT_LABEL}={project(root)}"]}):
+        container = find(client, root, run)
         if container["State"] == "running":
             return ["docker", "exec", "-it", container["Id"], "trainbox", "bash"]
     values = dotenv.settings(flavor)
@@ -461,19 +515,27 @@ def exec_shell(command: List[str]) -> None:
 
 
 def locate(root: Path, run: Optional[str], run_dir: Optional[Path]) -> Tuple[Path, Optional[str]]:
-    """(run directory, container health or None) for ``invoke status``."""
+    """(run directory, container health or None) for ``invoke status``: run ``run``, else the newest run.
+
+    The newest is the one with the latest last event under the runs directory, whichever route made it
+    (:func:`trainbox.view.status.newest_run`); its container's health, where it has one that Docker knows.
+    """
     if run_dir is not None:
         return run_dir, None
+    runs = root / dotenv.settings().get("TRAINBOX_RUNS_HOST", "runs")
+    directory = runs / run if run else run_status.newest_run(runs)
+    if not directory.is_dir():
+        raise UserError(f"no run {run} under {runs}: `invoke status` without --run shows the newest")
+    return directory, _health(root, directory.name)
+
+
+def _health(root: Path, run: str) -> Optional[str]:
+    """``healthy (container running)``, or None where the run has no container (compose's, a native one) or no engine."""
     try:
         client = engine.api()
-        container = find(client, run)
+        container = find(client, root, run)
     except UserError:
-        runs = root / dotenv.settings().get("TRAINBOX_RUNS_HOST", "runs")
-        newest = [] if run else sorted(runs.glob("*/"), key=lambda p: p.stat().st_mtime)  # not the run directory: runs/
-        candidates = [runs / run] if run else newest
-        if not candidates or not candidates[-1].is_dir():  # not the run directory: the runs folder
-            raise UserError(f"no run found under {runs}: pass --run-dir or start one with `invoke train`") from None
-        return candidates[-1], None
+        return None
     state = client.inspect_container(container["Id"])["State"]
     health = (state.get("Health") or {}).get("Status") or state["Status"]
-    return Path(container["Labels"]["io.trainbox.run-dir"]), f"{health} (container {state['Status']})"
+    return f"{health} (container {state['Status']})"

@@ -32,8 +32,8 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import Schema, exit_code, read_record, text
 
 ENGINE_RESTARTS_ENV = "TRAINBOX_ENGINE_RESTARTS_ON_FAILURE"
-#: The commands whose outcome the container's restart policy is about (the image's ``demo`` and ``train`` run ``run``).
-SUPERVISED_COMMANDS = ("run", "supervise")
+#: The commands whose outcome the container's restart policy is about (the image's ``train`` runs ``run``).
+SUPERVISED_COMMANDS = ("run", "demo", "supervise")
 #: The record is one small object.
 MAX_RECORD_BYTES = 4096
 EXIT_RECORD = Schema({"code": exit_code, "hostname": text}, required=frozenset({"code", "hostname"}))

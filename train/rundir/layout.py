@@ -193,6 +193,9 @@ class RunDir(_Layout):
     midepoch_checkpoint = Entry("train/weights/midepoch.pt", "the mid-epoch checkpoint, while an epoch is under way")
     ultralytics = Entry("ultralytics/", "Ultralytics' own config directory (settings, a local font)")
     network_log = Entry("network.log", "any network connection the training tried, refused (absent = none)")
+    demo_data = Entry(
+        "demo-data/", "`trainbox demo`'s synthetic dataset (`invoke train` and `docker compose up` without a dataset)"
+    )
     container_exit = Entry(
         "container-exit.json",
         "in a trainbox container: the run's real exit status (see [Containers](#containers), restarts)",

@@ -4,10 +4,12 @@ Ultralytics' ``results.png`` covers epochs; this covers the run: what the
 supervisor saw and did, across every attempt. Five parts, each from
 :mod:`trainbox.view.runview` (the run directory alone):
 
-1. throughput against wall time over all attempts, with the stalls (their
+1. throughput against time over all attempts, with the stalls (their
    silence shaded), the periods the run was slower than its own pace (shaded,
    and listed below the chart with their suspect and evidence), restarts,
-   profile changes and checkpoints marked;
+   profile changes and checkpoints marked; the time axis counts from the run's
+   start in the unit its span reads best in (seconds, minutes or hours:
+   :func:`time_axis`), its label naming the start's clock time;
 2. loss and mAP from Ultralytics' ``results.csv``, by epoch, so continuous
    across restarts, with the epochs where an attempt resumed marked;
 3. per phase, the silences actually seen against the budget in force
@@ -25,6 +27,8 @@ atomically, into the run directory through :mod:`trainbox.rundir.safe` (a
 ``report.html`` that is a link is replaced, never written through), to an
 ``--out`` path of the user's own with :mod:`trainbox.atomic`. matplotlib is imported only here, on
 demand: the supervisor's :func:`refresh` says in one line when it is missing.
+The report is a host-side feature: the ``host`` extra installs matplotlib
+(and nothing of the ``yolo`` extra is needed to draw it).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import html
 import io
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -56,6 +61,9 @@ LOSS_PREFIXES = ("train/", "val/")
 METRIC_PREFIX = "metrics/mAP"
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 STALL_COLOR, CHECKPOINT_COLOR, RESTART_COLOR, SLOW_COLOR = "#d62728", "#2ca02c", "#555555", "#ff7f0e"
+#: The time axis' units, smallest first, and the span (in seconds) up to which each reads best: up to 3 minutes
+#: in seconds, up to 3 hours in minutes, beyond in hours (a few to a few dozen ticks of whole numbers each).
+TIME_UNITS = (("seconds", 1.0, 180.0), ("minutes", 60.0, 3 * 3600.0), ("hours", 3600.0, float("inf")))
 
 
 # -- the charts ------------------------------------------------------------------
@@ -78,11 +86,34 @@ def _png(figure: Figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _when(ts: float) -> float:
-    """A unix time as matplotlib's date number (local time), for an axis set up by ``xaxis_date()``."""
-    from matplotlib import dates
+@dataclass(frozen=True)
+class TimeAxis:
+    """Time as the report draws it: from ``origin`` (unix seconds) in ``unit`` (seconds, minutes or hours)."""
 
-    return float(dates.date2num(datetime.datetime.fromtimestamp(ts)))
+    origin: float
+    unit: str
+    unit_s: float
+
+    def x(self, ts: float) -> float:
+        return (ts - self.origin) / self.unit_s
+
+    @property
+    def label(self) -> str:
+        return f"{self.unit} since {datetime.datetime.fromtimestamp(self.origin):%Y-%m-%d %H:%M:%S}"
+
+
+def time_axis(start: float, end: float) -> TimeAxis:
+    """The axis for times from ``start`` to ``end``: the largest unit whose range the span fits in."""
+    span = max(end - start, 0.0)
+    unit, unit_s = next((name, seconds) for name, seconds, up_to in TIME_UNITS if span <= up_to)
+    return TimeAxis(start, unit, unit_s)
+
+
+def _time_axis_of(view: RunView) -> TimeAxis:
+    """From the run's first start (or first sample) to its end (or now)."""
+    first = [ts for ts in (view.started_ts, *(s.get("ts") for s in view.samples[:1])) if isinstance(ts, (int, float))]
+    start = min(first) if first else view.now
+    return time_axis(start, view.ended_ts or view.now)
 
 
 def _throughput(view: RunView) -> Tuple[str, Dict[int, List[Tuple[float, float]]]]:
@@ -103,48 +134,63 @@ def _throughput(view: RunView) -> Tuple[str, Dict[int, List[Tuple[float, float]]
 
 
 def timeline_chart(view: RunView) -> str:
-    """Part 1: throughput against wall time, every attempt, stalls, restarts, profile changes and checkpoints marked."""
+    """Part 1: throughput against time, every attempt, stalls, restarts, profile changes and checkpoints marked."""
+    return _png(timeline_figure(view))
+
+
+def timeline_figure(view: RunView) -> Figure:
+    """Part 1's figure (see :func:`timeline_chart`)."""
     figure = _figure()
     axes = figure.add_subplot()
     measured, series = _throughput(view)
+    when = _time_axis_of(view)
     for index, points in sorted(series.items()):
         label = view.attempts[index].label if index < len(view.attempts) else None
         axes.plot(
-            [_when(t) for t, _ in points], [v for _, v in points], marker=".", color=COLORS[index % len(COLORS)], label=label
+            [when.x(t) for t, _ in points], [v for _, v in points], marker=".", color=COLORS[index % len(COLORS)], label=label
         )
     for n, stall in enumerate(view.stalls):
-        axes.axvspan(_when(stall.last_progress_ts), _when(stall.killed_ts), color=STALL_COLOR, alpha=0.18, lw=0)
-        axes.axvline(_when(stall.detected_ts), color=STALL_COLOR, lw=1.5, label="stall (silence shaded)" if n == 0 else None)
+        axes.axvspan(when.x(stall.last_progress_ts), when.x(stall.killed_ts), color=STALL_COLOR, alpha=0.18, lw=0)
+        axes.axvline(when.x(stall.detected_ts), color=STALL_COLOR, lw=1.5, label="stall (silence shaded)" if n == 0 else None)
     for n, period in enumerate(view.slow_periods):
         label = "slow (below its own pace)" if n == 0 else None
-        axes.axvspan(_when(period.since_ts), _when(period.ended_ts or view.now), color=SLOW_COLOR, alpha=0.15, lw=0, label=label)
+        axes.axvspan(
+            when.x(period.since_ts), when.x(period.ended_ts or view.now), color=SLOW_COLOR, alpha=0.15, lw=0, label=label
+        )
     for n, restarted in enumerate(view.attempts[1:]):
-        axes.axvline(_when(restarted.started_ts), color=RESTART_COLOR, ls="--", lw=1, label="restart" if n == 0 else None)
+        axes.axvline(when.x(restarted.started_ts), color=RESTART_COLOR, ls="--", lw=1, label="restart" if n == 0 else None)
     for change in view.profile_changes:
         axes.annotate(
             f"profile {change.get('previous_profile')} → {change.get('profile')}",
-            (_when(float(change["ts"])), 1.0),
+            (when.x(float(change["ts"])), 1.0),
             xycoords=axes.get_xaxis_transform(),  # x: a time, y: the top of the axes
             xytext=(4, -12),
             textcoords="offset points",
             fontsize=8,
             color=RESTART_COLOR,
         )
-    saves = [_when(float(s["ts"])) for s in view.samples if s.get("phase") == "save"]
+    saves = [when.x(float(s["ts"])) for s in view.samples if s.get("phase") == "save"]
     mtime = view.snapshot.checkpoint_mtime
-    saves += [_when(mtime)] if mtime else []
+    saves += [when.x(mtime)] if mtime else []
     if saves:
         axes.plot(saves, [0] * len(saves), ls="", marker="^", ms=9, color=CHECKPOINT_COLOR, label="checkpoint", clip_on=False)
-    axes.xaxis_date()
+    _finish_timeline(axes, when, measured, bool(series))
+    return figure
+
+
+def _finish_timeline(axes: Any, when: TimeAxis, measured: str, has_samples: bool) -> None:
+    """Labels, limits, grid and legend of part 1."""
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(nbins=10, steps=[1, 2, 5, 10]))  # whole, round numbers of the unit
+    axes.set_xlabel(when.label)
     axes.set_ylabel(measured)
     axes.set_ylim(bottom=0)
-    axes.set_xlabel("wall time")
     axes.grid(alpha=0.3)
-    if not series:
+    if not has_samples:
         axes.text(0.5, 0.5, "no progress samples (progress.jsonl) in this run", transform=axes.transAxes, ha="center")
     if axes.get_legend_handles_labels()[0]:  # nothing labelled in a run without samples: no (warning about an) empty legend
         axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, ncol=6, frameon=False)
-    return _png(figure)
 
 
 def curves_chart(view: RunView) -> Optional[str]:
@@ -375,17 +421,26 @@ def attempt_rows(view: RunView) -> List[Tuple[str, str, str, str, str, str]]:
 
 
 def _event_detail(event: Dict[str, Any]) -> str:
-    keys = {
-        "start": ("profile", "pid"),
-        "stall": ("phase", "budget", "budget_s", "silent_s", "cause"),
-        "crash": ("code", "beats"),
-        "restart": ("after", "delay_s", "profile"),
-        "slow": ("ratio", "phase", "suspect", "action"),
-        "recovered": ("reason", "ratio", "slow_s"),
-        "exit": ("code", "reason"),
-        "give_up": ("reason",),
-    }.get(str(event.get("event")), ())
+    keys = EVENT_DETAILS.get(str(event.get("event")), ())
     return ", ".join(f"{k} {event[k]}" for k in keys if event.get(k) is not None)
+
+
+#: The fields the history table shows for each event (every event in trainbox.rundir.events.EVENTS has a row here).
+EVENT_DETAILS: Dict[str, Tuple[str, ...]] = {
+    "start": ("profile", "pid"),
+    "device": ("description", "amp", "workers", "pin_memory"),
+    "stall": ("phase", "budget", "budget_s", "silent_s", "cause"),
+    "extend": ("cause", "budget_s"),
+    "crash": ("code", "beats"),
+    "restart": ("after", "delay_s", "profile"),
+    "probe": ("previous_profile", "profile", "reason"),
+    "exit": ("code", "reason"),
+    "give_up": ("reason",),
+    "supervisor_hung": ("age_s", "incident"),
+    "notify_failed": ("kind", "line"),
+    "slow": ("ratio", "phase", "suspect", "action"),
+    "recovered": ("reason", "ratio", "slow_s"),
+}
 
 
 CSS = """
@@ -467,7 +522,7 @@ def refresh(run: RunDir) -> None:
     try:
         _import_matplotlib()
     except ImportError:
-        say("no report written: matplotlib is not installed (`pip install matplotlib`, or trainbox[yolo])")
+        say("no report written: matplotlib is not installed (`pip install matplotlib`; the host and yolo extras have it)")
         return
     try:
         write(run.root)

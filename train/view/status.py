@@ -9,11 +9,21 @@ no heartbeat file: its progress is the counter the supervisor read from its outp
 
 Every file comes through :mod:`trainbox.rundir.safe` and typed (:mod:`trainbox.rundir.records`): what cannot be
 used is left out and said on a ``note`` line (``events.jsonl: 2 unusable line(s) skipped``), never a traceback.
+
+A run whose last event is ``exit`` has ended: it has no phase, heartbeat age, ETA or container
+health to report, only when it finished and with which status (``finished at ..., exit N``).
+
+"The newest run" (``status`` without a run named) is the run directory under ``runs/`` whose last
+event is the latest, whichever route made it: ``invoke train``'s ``runs/<profile>-<timestamp>``,
+compose's ``runs/demo``, the native ``runs/trainbox``. A directory without events yet (made, not
+started) counts from its own modification time. Whatever a directory holds is read as untrusted:
+a torn or odd ``events.jsonl`` is a directory without events, never an error.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +71,12 @@ class Progress:
             return None
         remaining = self.epochs * per_epoch - (self.beat.get("step") or 0)
         return max(remaining, 0) * self.batch_size / rate
+
+    @property
+    def finished(self) -> Optional[Dict[str, Any]]:
+        """The ``exit`` event when it is the run's last event (the run has ended), else None."""
+        last = self.events[-1] if self.events else None
+        return last if isinstance(last, dict) and last.get("event") == "exit" else None
 
     def count(self, event: str) -> int:
         """Supervisor's own count (state.json ``restarts``, ...), else events.jsonl's."""
@@ -145,6 +161,29 @@ def snapshot(run: RunDir) -> Progress:
     )
 
 
+def _ts(record: Any) -> Optional[float]:
+    """A record's ``ts`` when it is a usable time (the file is untrusted), else None."""
+    ts = record.get("ts") if isinstance(record, dict) else None
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None
+
+
+def last_activity(run_dir: Path) -> float:
+    """When the run last did something: its last event's ``ts``, else the directory's modification time."""
+    for record in reversed(events_file.history(RunDir(run_dir).events).records):
+        ts = _ts(record)
+        if ts is not None:
+            return ts
+    return run_dir.stat().st_mtime  # run directory, checked: its folder's own time (nothing in it is opened)
+
+
+def newest_run(runs: Path) -> Path:
+    """The run directory under ``runs`` with the latest :func:`last_activity`; a UserError when there is none."""
+    found = sorted((last_activity(path), path.name, path) for path in runs.glob("*/") if path.is_dir()) if runs.is_dir() else []
+    if not found:
+        raise UserError(f"no run found under {runs}: pass --run-dir or start one (`invoke train`, `trainbox run`)")
+    return found[-1][2]
+
+
 def duration(seconds: float) -> str:
     """``1h05m`` or ``4m09s``."""
     seconds = int(seconds)
@@ -182,20 +221,29 @@ def _slow_lines(progress: Progress, now: float) -> List[str]:
     return lines
 
 
+def _clock(ts: Optional[float]) -> str:
+    """``2026-11-24 23:41:07``, or ``?`` for a time that is not one."""
+    try:
+        return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts is not None else "?"
+    except (ValueError, OverflowError, OSError):
+        return "?"
+
+
 def _number(value: Any, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
-def _place(beat: Dict[str, Any], progress: Progress) -> str:
-    """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat), or ``step 1200``."""
+def _place(beat: Dict[str, Any], progress: Progress, batch: bool = True) -> str:
+    """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat; ``epoch 3/10`` without ``batch``), or
+    ``step 1200``."""
     if "epoch" not in beat and "batch" not in beat and "step" in beat:
         return f"step {beat['step']}"
     epochs = progress.epochs or beat.get("epochs")
+    place = f"epoch {beat.get('epoch', '?')}{f'/{epochs}' if epochs else ''}"
+    if not batch:
+        return place
     per_epoch = progress.batches_per_epoch or _number(beat.get("batches"), 0)
-    return (
-        f"epoch {beat.get('epoch', '?')}{f'/{epochs}' if epochs else ''}, "
-        f"batch {beat.get('batch', '?')}{f'/{per_epoch:.0f}' if per_epoch else ''}"
-    )
+    return f"{place}, batch {beat.get('batch', '?')}{f'/{per_epoch:.0f}' if per_epoch else ''}"
 
 
 def render(
@@ -205,13 +253,42 @@ def render(
     deadline: Optional[datetime.datetime] = None,
     now: Optional[float] = None,
 ) -> List[str]:
-    """Human-readable status lines."""
+    """Human-readable status lines: where a live run stands, or how an ended one finished."""
     now = time.time() if now is None else now
-    beat = progress.beat
-    lines = [f"run       {run_dir}"]
     attempt = [f"attempt {progress.state['attempt']}"] if "attempt" in progress.state else []
     rung = [f"profile {progress.state['profile']}"] if progress.state.get("profile") else []  # a profile or a ladder's rung
-    lines.append(f"state     {progress.state.get('state', 'unknown')}" + (f" ({', '.join(attempt + rung)})" if attempt else ""))
+    said = f" ({', '.join(attempt + rung)})" if attempt else ""
+    lines = [f"run       {run_dir}", f"state     {progress.state.get('state', 'unknown')}{said}"]
+    finished = progress.finished
+    if finished is not None:
+        lines[-1] += f", finished at {_clock(_ts(finished))}, exit {finished.get('code', '?')}"
+        lines.append(f"trained   {_place(progress.beat, progress, batch=False)}")
+    else:
+        lines += _live_lines(progress, now, health)
+    lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
+    stall = progress.last_stall()
+    if stall:
+        lines.append(f"stall     {stall}")
+    lines += _slow_lines(progress, now)
+    checkpoint = progress.checkpoint_mtime
+    lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
+    ladder = ladder_line(progress.events)
+    if ladder:
+        lines.append(f"ladder    {ladder}")
+    lines += [f"note      {note}" for note in progress.notes]
+    if deadline is not None:
+        if finished is not None:
+            lines.append(f"deadline  {deadline_verdict(deadline, _ts(finished), finished=True)}")
+        else:
+            eta = progress.eta_s()
+            lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
+    return lines
+
+
+def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[str]:
+    """A run under way: its progress, speed, ETA and (in a container) health."""
+    beat = progress.beat
+    lines = []
     if beat:
         source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
         lines.append(
@@ -224,19 +301,6 @@ def render(
         lines.append("progress  no heartbeat yet")
     eta = progress.eta_s()
     lines.append(f"eta       {duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
-    lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
-    stall = progress.last_stall()
-    if stall:
-        lines.append(f"stall     {stall}")
-    lines += _slow_lines(progress, now)
     if health:
         lines.append(f"health    {health}")
-    checkpoint = progress.checkpoint_mtime
-    lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
-    ladder = ladder_line(progress.events)
-    if ladder:
-        lines.append(f"ladder    {ladder}")
-    lines += [f"note      {note}" for note in progress.notes]
-    if deadline is not None:
-        lines.append(f"deadline  {deadline_verdict(deadline, None if eta is None else now + eta)}")
     return lines

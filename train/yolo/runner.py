@@ -95,6 +95,7 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
     model = args.pop("model", DEFAULT_MODEL)
     # workers and amp are left to the trainer: it decides them for the device Ultralytics selects (device_defaults).
     args.update(
+        **_deterministic(overrides),
         project=str(run.train.parent),
         name=run.train.name,
         exist_ok=True,
@@ -107,6 +108,19 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
     YOLO(model).train(trainer=trainer, **args)
     verb = f"resumed from {resume_from.name} and completed" if resume_from else "completed"
     return f"run {verb}: checkpoints in {weights}"
+
+
+def _deterministic(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """``deterministic=False`` where Ultralytics' default (True) would only warn, unless the user gave ``deterministic=``.
+
+    Ultralytics makes training deterministic only on torch >= 2.0; on an older torch (the CPU and ROCm images pin
+    1.13.1, the last that runs on gfx1010: README) its ``deterministic=True`` changes nothing and warns "Upgrade to
+    torch>=2.0.0 for deterministic training" at every attempt, about a version the user did not choose. ``False``
+    is what that torch does anyway (``unset_deterministic``: its defaults), and ``args.yaml`` then says so.
+    """
+    from ultralytics.utils.torch_utils import TORCH_2_0
+
+    return {} if TORCH_2_0 or "deterministic" in overrides else {"deterministic": False}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

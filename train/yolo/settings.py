@@ -8,6 +8,13 @@ The settings reach Ultralytics' DDP ranks through the environment
 ``torch.distributed.run`` on a generated script that rebuilds the trainer
 class with Ultralytics' arguments only, and every rank inherits the launcher's
 environment.
+
+Ultralytics prints its own argument list as its trainer starts, before the
+device is known and so before ``workers`` and ``amp`` are decided for it: its
+``amp=True ... workers=8`` are its defaults, not what trains. So the trainer
+follows it with one line that says what did (:func:`trained_with`): ``trained
+with amp=False, workers=0, ...``, which profile decided it on which device,
+and why each value.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ class RunSettings:
     network_log: Optional[Path] = None
     #: None until :func:`for_device` decides it.
     pin_memory: Optional[bool] = None
+    #: The profile these settings come from (for the line that says what trained).
+    profile: Optional[str] = None
 
     def publish(self) -> None:
         """Put these settings into this process's environment, for the DDP ranks it starts (:func:`inherited`)."""
@@ -84,6 +93,7 @@ def from_profile(
         midepoch_checkpoint_s=profile.midepoch_checkpoint_s,
         midepoch_checkpoint_batches=profile.midepoch_checkpoint_batches,
         network_log=network_log,
+        profile=profile.name,
     )
 
 
@@ -91,4 +101,18 @@ def for_device(settings: RunSettings, defaults: DeviceDefaults) -> RunSettings:
     """``settings`` with ``workers``, ``amp`` and ``pin_memory`` as decided for the device found."""
     return dataclasses.replace(
         settings, workers=defaults.workers.value, amp=defaults.amp.value, pin_memory=defaults.pin_memory.value
+    )
+
+
+def trained_with(settings: RunSettings, record: Dict[str, Any], cpu_threads: int, amp_check: Optional[str] = None) -> str:
+    """The one line that says what trains: values, then the profile and device that decided them, and why.
+
+    ``record`` is the attempt's ``device`` event (:meth:`trainbox.yolo.device_defaults.DeviceDefaults.record`),
+    ``amp_check`` the offline AMP check's outcome when one ran.
+    """
+    values = f"amp={record['amp']}, workers={record['workers']}, pin_memory={record['pin_memory']}, cpu_threads={cpu_threads}"
+    reasons = f"amp: {amp_check or record['amp_reason']}; workers: {record['workers_reason']}; {record['pin_memory_reason']}"
+    return (
+        f"trainbox: trained with {values} (decided by profile {settings.profile or '?'} for {record['description']}: "
+        f"{reasons}). Ultralytics' argument list above shows its own defaults for amp and workers, not these."
     )

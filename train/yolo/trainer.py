@@ -20,8 +20,9 @@ and the first use of the gradient scaler (a resumed checkpoint's scaler
 state is loaded there) — runs the offline check (``device_probe.amp_check``)
 and switches AMP and its scaler on when it passes (so ``batch=-1``, AutoBatch, which runs
 before it, sizes the batch for FP32: smaller than with AMP, never too large). The decisions, with their
-reasons, then go out in a ``setup`` beat's ``device`` field (the supervisor
-records it as the attempt's ``device`` event) and into ``args.yaml``.
+reasons, then go out in one log line (``trained with ...``, :func:`trainbox.yolo.settings.trained_with`),
+in a ``setup`` beat's ``device`` field (the supervisor records it as the attempt's ``device`` event) and
+into ``args.yaml``.
 
 The subclass also beats (``beats.TrainingBeats``), fires the ``val_end``
 fault site (right after each in-training validation, context ``epoch``),
@@ -57,7 +58,7 @@ from trainbox import faults
 from trainbox.rundir.layout import RunDir
 from trainbox.yolo import checkpoint, device_defaults, device_probe, loader, midepoch, offline
 from trainbox.yolo.beats import TrainingBeats
-from trainbox.yolo.settings import RunSettings, for_device, inherited
+from trainbox.yolo.settings import RunSettings, for_device, inherited, trained_with
 
 
 def apply_cpu_threads(threads: Optional[int]) -> int:
@@ -144,10 +145,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
             self.args.amp = passed
             self.scaler = device_probe.grad_scaler(enabled=passed)
         record = self.device_defaults.record(amp=self.args.amp, amp_check=check)
-        LOGGER.info(
-            f"trainbox: {record['description']}: amp={record['amp']} ({check or record['amp_reason']}), "
-            f"workers={record['workers']} ({record['workers_reason']}), pin_memory={record['pin_memory']}"
-        )
+        LOGGER.info(trained_with(self.settings, record, torch.get_num_threads(), check))
         self.beats.device(record)
         # Ultralytics wrote args.yaml in its __init__, before the device was decided for.
         YAML.save(Path(self.save_dir) / RunDir.train_args.name, vars(self.args))

@@ -3,9 +3,8 @@
 # into the image, without overriding what docker run -e / compose set, then
 # hand over to the trainbox CLI with the run directory
 # $TRAINBOX_RUNS/$TRAINBOX_RUN_NAME:
-#   demo [RUN ARGS]   write the demo dataset into the run directory and train
-#                     it (RUN ARGS default to --profile safe; image default);
-#                     $TRAINBOX_DEMO_DEFAULTS fill in KEY=VALUEs not given
+#   demo [RUN ARGS]   python -m trainbox demo --run-dir RUN_DIR RUN ARGS: the demo
+#                     dataset written into the run directory, trained (the image's default)
 #   train RUN ARGS    python -m trainbox run --run-dir RUN_DIR RUN ARGS
 #   health [--act]    python -m trainbox health --run-dir RUN_DIR (HEALTHCHECK: --act)
 #   bash / sh         a shell with this environment (invoke shell)
@@ -24,16 +23,7 @@ export TRAIN_RUN_DIR="$run_dir"
 command="${1:-}"
 [ $# -eq 0 ] || shift
 case "$command" in
-  demo)
-    [ $# -gt 0 ] || set -- --profile safe
-    defaults=""
-    for pair in $(echo "${TRAINBOX_DEMO_DEFAULTS:-}" | tr ',' ' '); do
-      case " $* " in *" ${pair%%=*}="*) ;; *) defaults="$defaults $pair" ;; esac
-    done
-    python -m trainbox demo-data "$run_dir/demo-data"
-    # shellcheck disable=SC2086  # defaults: KEY=VALUE words without spaces
-    exec python -m trainbox run --run-dir "$run_dir" "$@" $defaults "data=$run_dir/demo-data/data.yaml"
-    ;;
+  demo) exec python -m trainbox demo --run-dir "$run_dir" "$@" ;;
   train) exec python -m trainbox run --run-dir "$run_dir" "$@" ;;
   health) exec python -m trainbox health --run-dir "$run_dir" "$@" ;;
   bash|sh) exec "$command" "$@" ;;
