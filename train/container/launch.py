@@ -439,8 +439,8 @@ def train(request: TrainRequest, out: Optional[TextIO] = None) -> Tuple[int, Pat
 
 def failed_line(code: int, run_dir: Path) -> str:
     """``invoke train``'s last line when its container ended with ``code`` != 0: where to look, only what exists."""
-    events = RunDir(run_dir).events
-    history = f" and the run's history, {events}" if events.exists() else ""
+    run = RunDir(run_dir)
+    history = f" and the run's history, {run.events}" if run.files.stat(run.events).value is not None else ""
     return f"error: the training container exited with {code}: see `invoke logs --run {run_dir.name}`{history}"
 
 
@@ -524,7 +524,7 @@ def locate(root: Path, run: Optional[str], run_dir: Optional[Path]) -> Tuple[Pat
         return run_dir, None
     runs = root / dotenv.settings().get("TRAINBOX_RUNS_HOST", "runs")
     directory = runs / run if run else run_status.newest_run(runs)
-    if not directory.is_dir():
+    if not directory.is_dir():  # run directory, checked: only whether it is a folder
         raise UserError(f"no run {run} under {runs}: `invoke status` without --run shows the newest")
     return directory, _health(root, directory.name)
 

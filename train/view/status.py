@@ -178,7 +178,8 @@ def last_activity(run_dir: Path) -> float:
 
 def newest_run(runs: Path) -> Path:
     """The run directory under ``runs`` with the latest :func:`last_activity`; a UserError when there is none."""
-    found = sorted((last_activity(path), path.name, path) for path in runs.glob("*/") if path.is_dir()) if runs.is_dir() else []
+    listed = runs.glob("*/") if runs.is_dir() else ()  # not the run directory: the runs folder, listed
+    found = sorted((last_activity(path), path.name, path) for path in listed if path.is_dir())  # run directory, checked: a folder
     if not found:
         raise UserError(f"no run found under {runs}: pass --run-dir or start one (`invoke train`, `trainbox run`)")
     return found[-1][2]
