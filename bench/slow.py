@@ -35,8 +35,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from common import REPO, cli_env, events, span, summary, write_results
 
 from trainbox.diagnose.conditions import ConditionsProbe, GpuReader
-from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.progress import read_samples
 from trainbox.supervise import pace_watch
 
 #: Seconds at pace before the slowdown: warm-up, a baseline and the first reading of the conditions, with a margin.
@@ -88,7 +88,7 @@ def start(run: Run, base: Path, steady_s: float) -> None:
 
 def change_ts(run_dir: Path, step: int) -> Optional[float]:
     """When the run reached ``step``, interpolated between its progress samples."""
-    samples = [(s["ts"], s["step"]) for s in read_events(RunDir(run_dir).progress) if isinstance(s.get("step"), int)]
+    samples = [(s["ts"], s["step"]) for s in read_samples(RunDir(run_dir).progress).records if isinstance(s.get("step"), int)]
     for (t0, s0), (t1, s1) in zip(samples, samples[1:]):
         if s0 < step <= s1:
             return t0 + (t1 - t0) * (step - s0) / (s1 - s0)

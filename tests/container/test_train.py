@@ -131,11 +131,12 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
 @pytest.mark.parametrize(
     "extra, code",
     [
-        # A setting only the container sees (bad --set values never get this far: test_launch.py): no attempt beats.
-        (["--env", "TRAIN_STARTUP_TIMEOUT=abc", "--supervisor", FAST_SUPERVISOR], ExitCode.MISCONFIGURED),
+        # A value only the container reads, from its environment (bad --set and --supervisor values never get this
+        # far: test_launch.py): its supervisor refuses it in one line before anything starts.
+        (["--env", "TRAINBOX_NOTIFY_ON=nosuchevent", "--supervisor", FAST_SUPERVISOR], ExitCode.USAGE),
         (["--env", "TRAIN_FAULT=crash@train_batch", "--supervisor", f"--max-restarts 0 {FAST_SUPERVISOR}"], ExitCode.GAVE_UP),
     ],
-    ids=["misconfigured", "gave-up"],
+    ids=["bad-input", "gave-up"],
 )
 def test_a_final_outcome_is_not_restarted_by_docker(
     docker_api, cpu_image, runs_dir: Path, run_name: str, session_env, extra: List[str], code: ExitCode

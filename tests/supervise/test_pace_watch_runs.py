@@ -36,8 +36,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 from tests.supervised import REPO, cli_env, faulty_child, memory_cgroup, read_events
-from trainbox.rundir.events import read_events as read_samples
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.progress import read_samples
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pace-runs")]
 
@@ -93,7 +93,8 @@ def _recovered(run_dir: Path) -> bool:
 
 def scenarios(cgroup: Path) -> Dict[str, Scenario]:
     steps = ["--interval", "0.1", "--jitter", "0.3"]
-    in_cgroup = ["sh", "-c", f'echo $$ > {cgroup} && exec "$@"', "sh"]
+    # In the memory cgroup, resumable from a file in its run directory (which only the child's TRAIN_RUN_DIR names).
+    in_cgroup = ["sh", "-c", f'echo $$ > {cgroup} && exec "$@" --checkpoint "$TRAIN_RUN_DIR/fault-step"', "sh"]
     return {
         s.name: s
         for s in (
@@ -112,7 +113,7 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
             ),
             Scenario(
                 "memory",
-                [*in_cgroup, *faulty_child("--steps", "100000", *steps, "--dataset-mb", "256", "--checkpoint")],
+                [*in_cgroup, *faulty_child("--steps", "100000", *steps, "--dataset-mb", "256")],
                 f"leak@step,attempt=0,step>={CHANGE_STEP},step<{CHANGE_STEP + 20}",
                 options=["--on-slow", "restart", "--slow-restart-after", "10"],
                 enough=_recovered,
@@ -188,7 +189,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Scenari
 
 def change_ts(run_dir: Path, step: int, key: str = "step") -> float:
     """When the run reached ``step`` (its ``key``), from its progress samples (one every 5 s), interpolated."""
-    samples = [(s["ts"], s[key]) for s in read_samples(RunDir(run_dir).progress) if isinstance(s.get(key), int)]
+    samples = [(s["ts"], s[key]) for s in read_samples(RunDir(run_dir).progress).records if isinstance(s.get(key), int)]
     for (t0, s0), (t1, s1) in zip(samples, samples[1:]):
         if s0 < step <= s1:
             return t0 + (t1 - t0) * (step - s0) / (s1 - s0)
@@ -248,9 +249,9 @@ def test_a_leak_into_a_memory_limit_is_restarted_and_the_pace_comes_back(runs: D
         restart["after"] == "slow"
         and restart["reason"] == "slow (memory): the same command again, from the checkpoint it wrote on request"
     )
-    saved = json.loads((memory.run_dir / "fault-step.json").read_text())["step"]
+    saved = int((memory.run_dir / "fault-step").read_text())  # the step attempt 1 started from
     assert saved >= CHANGE_STEP + 20  # written at the request, after the leak
-    assert read_samples(RunDir(memory.run_dir).progress)[-1]["step"] > saved, "attempt 1 went on from there"
+    assert read_samples(RunDir(memory.run_dir).progress).records[-1]["step"] > saved, "attempt 1 went on from there"
     (recovered,) = memory.of("recovered")
     assert recovered["attempt"] == 1 and recovered["reason"] == "pace"
     assert os.path.exists(memory.run_dir / "fault-dataset-256.bin")

@@ -57,7 +57,9 @@ def profiles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run(run_dir: Path, profile: str, profiles_dir: Path, data: Path, fault: str = "") -> Finished:
     args = [
         "run", "--profile", profile, "--profiles-dir", str(profiles_dir), "--run-dir", str(run_dir),
-        "--stall-timeout", "15", "--startup-timeout", "180", "--backoff", "0.2", f"data={data}", *ARGS,
+        "--stall-timeout", "30", "--startup-timeout", "180", "--backoff", "0.2",
+        "--ladder-policy", "down",  # the fallback itself is tested here; the cost policy may stay after one cheap stall
+        f"data={data}", *ARGS,
     ]  # fmt: skip
     env = {"TRAIN_FAULT": fault, "TRAIN_SAMPLE_LOG": str(run_dir / "samples.log")}
     done = train_cli(args, run_dir=run_dir, env=env, timeout=600)
