@@ -26,6 +26,14 @@ def test_chance_fires_at_its_rate_and_the_same_steps_for_the_same_seed(monkeypat
     assert fired("sleep@step,chance=0", monkeypatch) == [] and len(fired("sleep@step,chance=100", monkeypatch)) == 2000
 
 
+def test_chance_takes_a_decimal_percentage(monkeypatch: pytest.MonkeyPatch) -> None:
+    hung = fired("sleep@step,chance=0.5", monkeypatch, steps=20000)
+    assert 60 <= len(hung) <= 140, "about 0.5 % of 20000 calls"
+    for bad in ("chance=x", "chance=101", "chance=-1", "chance=nan"):
+        with pytest.raises(ValueError, match="a percentage from 0 to 100"):
+            faults.parse(f"sleep@step,{bad}")
+
+
 def test_conditions_take_a_range() -> None:
     (fault,) = faults.parse("leak@step,attempt=0,step>=3,step<5")
     assert fault.conditions == (("attempt", "=", 0), ("step", ">=", 3), ("step", "<", 5))

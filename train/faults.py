@@ -7,7 +7,8 @@ its conditions match the context the site reports::
     TRAIN_FAULT="sleep@worker,attempt=0,epoch>=2"
 
 A condition ``chance=P`` fires with probability P percent at each matching call, so
-``sleep@step,chance=2`` hangs about one step in fifty: the random, intermittent hang.
+``sleep@step,chance=2`` hangs about one step in fifty: the random, intermittent hang. P may be a
+decimal (``chance=0.25``: one step in 400), so a rate per second needs no slower steps.
 The draw is a hash of ``TRAIN_FAULT_SEED`` (default 0), the site and its context, so a
 run is repeatable: the same seed hangs at the same steps of the same attempts.
 
@@ -305,7 +306,7 @@ KINDS: Dict[str, Callable[[], None]] = {
 class Fault:
     kind: str
     site: str
-    conditions: Tuple[Tuple[str, str, int], ...]
+    conditions: Tuple[Tuple[str, str, float], ...]
 
     def matches(self, site: str, context: Dict[str, object]) -> bool:
         if site != self.site:
@@ -324,11 +325,22 @@ class Fault:
         return True
 
 
-def _drawn(percent: int, site: str, context: Dict[str, object]) -> bool:
+def _drawn(percent: float, site: str, context: Dict[str, object]) -> bool:
     """True with probability ``percent`` %, the same for the same seed, site and context (a repeatable draw)."""
     seed = os.environ.get(SEED_ENV, "0")
     text = "|".join([seed, site, *(f"{key}={context[key]}" for key in sorted(context))])
     return random.Random(text).random() * 100 < percent
+
+
+def _percent(value: str, entry: str) -> float:
+    """A ``chance=P`` value: a percentage from 0 to 100, a decimal allowed."""
+    try:
+        percent = float(value)
+    except ValueError:
+        percent = -1.0
+    if not 0 <= percent <= 100:  # also refuses nan
+        raise ValueError(f"bad fault condition chance={value} in {entry!r}: expected a percentage from 0 to 100")
+    return percent
 
 
 def parse(spec: str) -> List[Fault]:
@@ -343,6 +355,9 @@ def parse(spec: str) -> List[Fault]:
         for cond in conds:
             op = next(op for op in (">=", "<", "=") if op in cond or op == "=")
             key, _, value = cond.partition(op)
+            if key.strip() == CHANCE and op == "=":
+                conditions.append((CHANCE, op, _percent(value, entry)))
+                continue
             if not key or not value.lstrip("-").isdigit():
                 raise ValueError(f"bad fault condition {cond!r} in {entry!r}: expected KEY=INT, KEY>=INT or KEY<INT")
             conditions.append((key.strip(), op, int(value)))
