@@ -54,7 +54,8 @@ def test_budget_order_startup_declared_learned_stall() -> None:
         policy.observe({"phase": "train"}, silent)
     assert policy.current({"phase": "train"}) == Budget("learned:train", 7.5)
     policy.observe({"phase": "train"}, 500.0)
-    assert policy.current({"phase": "train"}) == Budget("learned:train", 300), "never above the stall budget"
+    assert policy.current({"phase": "train"}) == Budget("stall", 300), "in force only below the stall budget"
+    assert "train" not in policy.learned()
     policy.observe({"phase": "val", "timeout": 900}, 800.0)
     assert "val" not in policy.learned(), "declared phases are not learned"
 

@@ -9,8 +9,11 @@ Which budget applies, in order:
 
 Learned budgets follow NVIDIA's nvidia-resiliency-ext: after ``min_samples``
 silent intervals have been seen in a phase, its budget becomes ``factor`` times
-the longest of them, never below ``floor`` and never above the stall timeout,
-so they only ever tighten detection of a phase whose rhythm is known. They are
+the longest of them, never below ``floor``. A learned budget is in force only
+when it is below the stall timeout: it only ever tightens detection of a phase
+whose rhythm is known, and a stall under the plain stall timeout is named
+``stall`` however many intervals were seen (how many a reader of printed
+progress sees depends on how often it looks). They are
 forgotten when the profile changes (other loader settings, other rhythm): the
 supervisor starts a new policy then.
 
@@ -60,11 +63,11 @@ class BudgetPolicy:
 
     def learned(self) -> Dict[str, float]:
         """Learned budgets in force, by phase."""
-        return {
-            phase: round(min(self.stall_s, max(self.floor_s, self.factor * r.longest_s)), 3)
-            for phase, r in self.rhythm.items()
-            if r.samples >= self.min_samples and self.factor > 0
-        }
+        if self.factor == 0:
+            return {}
+        known = {phase: r for phase, r in self.rhythm.items() if r.samples >= self.min_samples}
+        budgets = {phase: round(max(self.floor_s, self.factor * r.longest_s), 3) for phase, r in known.items()}
+        return {phase: seconds for phase, seconds in budgets.items() if seconds < self.stall_s}
 
     def current(self, beat: Optional[Dict[str, Any]]) -> Budget:
         if beat is None:

@@ -13,7 +13,8 @@ the run, continuing across resumed attempts). Phases and their budgets:
   spawn-started workers import torch), until that epoch's first batch;
 * ``train``, no timeout (the supervisor's stall budget): between batches;
 * ``val``, the profile's ``val_timeout``: a validation pass, beating per
-  validation batch (``val_batch``);
+  validation batch (``val_batch``); the final evaluation from before its
+  validator loads the best checkpoint and starts its loader's workers;
 * ``save``, the profile's ``save_timeout``: writing checkpoints.
 
 Every beat after the training starts also carries ``total_steps`` (epochs x
@@ -107,9 +108,15 @@ class TrainingBeats:
         self.first_batch_done = True
         faults.point("train_batch", epoch=self.epoch, batch=self.batch, step=self.step)
 
-    def on_val_start(self, validator: Any) -> None:
+    def validation_starts(self) -> None:
+        """Under the val budget from here: at ``on_val_start``, and for the final evaluation before its validator is
+        called, since outside training Ultralytics' validator loads the model and builds its data loader (starting
+        its workers) before ``on_val_start``."""
         self.val_batch = 0
         self.beat("val", self.val_timeout, force=True, val_batch=0)
+
+    def on_val_start(self, validator: Any) -> None:
+        self.validation_starts()
 
     def on_val_batch_end(self, validator: Any) -> None:
         self.val_batch += 1

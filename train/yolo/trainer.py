@@ -219,6 +219,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         if files.stat(self.best).value is None:
             return
         LOGGER.info(f"\nValidating {self.best}...")
+        self.beats.validation_starts()
         validator: Any = self.validator
         validator.args.plots = self.args.plots
         validator.args.compile = False
