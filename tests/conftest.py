@@ -9,7 +9,7 @@ Layers (markers registered in pyproject.toml):
 * ``slow``: over about a minute on 2 cores without being either of the above.
 
 ``python -m pytest -n 4 -m "not docker and not training"`` is the inner loop; CI runs everything, in parallel
-(``-n 4``) with the Docker tests kept in one worker.
+(``-n 4``) with the Docker tests kept in two workers: those that build images of their own, and the rest.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
         for fixture, layer in LAYER_OF_FIXTURE.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(getattr(pytest.mark, layer))
-        if item.get_closest_marker("docker"):
+        if item.get_closest_marker("docker") and not item.get_closest_marker("xdist_group"):
             # Under pytest-xdist (-n), one worker runs them all, one after another: they share the engine's
             # images (a session fixture builds each once per worker) and the checkout's .env, which they rewrite.
+            # Modules that share neither name a group of their own (tests/container/conftest.py: OWN_IMAGES).
             item.add_marker(pytest.mark.xdist_group("docker"))
 
 

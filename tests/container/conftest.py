@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,10 +47,8 @@ def docker_api():
 
 @pytest.fixture(scope="session")
 def session_env(docker_api) -> Iterator[Dict[str, str]]:
-    """Process environment for the session (base image, CAs, test UID); .env restored afterwards."""
+    """Process environment for the session (base image, CAs, test UID), restored afterwards."""
     saved_env = dict(os.environ)
-    dotenv_path = ROOT / ".env"
-    saved_dotenv = dotenv_path.read_text() if dotenv_path.exists() else None
     images = {tag for image in docker_api.images() for tag in image.get("RepoTags") or []}
     for key, local in LOCAL_BASES.items():
         if "TRAINBOX_" + key not in os.environ and local in images:
@@ -60,25 +59,54 @@ def session_env(docker_api) -> Iterator[Dict[str, str]]:
     yield dict(os.environ)
     os.environ.clear()
     os.environ.update(saved_env)
-    if saved_dotenv is None:
-        dotenv_path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def checkout_dotenv() -> Iterator[Path]:
+    """The checkout's .env, which builds of trainbox:cpu (re)write, as it was before the session once it ends.
+    Only the ``docker`` group's worker writes it (:data:`OWN_IMAGES` build elsewhere)."""
+    path = ROOT / ".env"
+    saved = path.read_text() if path.exists() else None
+    yield path
+    if saved is None:
+        path.unlink(missing_ok=True)
     else:
-        dotenv_path.write_text(saved_dotenv)
+        path.write_text(saved)
 
 
-def build_once(flavor: str) -> Dict[str, object]:
-    """Build (or bring up to date) trainbox:FLAVOR; returns tag, seconds and log."""
+#: The second xdist group of Docker tests (tests/conftest.py puts the others in ``docker``): modules that build
+#: images of their own (the CUDA image, the native Debian 13 one, the no-cache rebuild) from a copy of the build
+#: context, so they share neither trainbox:cpu nor the checkout's .env with the ``docker`` group and run beside it.
+#: Each group is about half of the Docker tests' 40 minutes on 2 cores: CI's longest path.
+OWN_IMAGES = pytest.mark.xdist_group("docker-own-images")
+#: What an image build needs from the checkout (.dockerignore keeps the context to env/ and train/).
+BUILD_CONTEXT = ("compose.yaml", ".dockerignore", "env", "train", *(path.name for path in ROOT.glob("Dockerfile.*")))
+
+
+def build_context(target: Path) -> Path:
+    """Copy the checkout's build context into ``target``: a build there writes its .env there, not in the checkout."""
+    for name in BUILD_CONTEXT:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, target / name)
+    return target
+
+
+def build_once(flavor: str, root: Path = ROOT) -> Dict[str, object]:
+    """Build (or bring up to date) trainbox:FLAVOR from ``root``; returns tag, seconds and log."""
     log = io.StringIO()
     started = time.monotonic()
     try:
-        tag = build.build(flavor, ROOT, out=log)
+        tag = build.build(flavor, root, out=log)
     except UserError as exc:
         pytest.fail(f"{exc}\n{log.getvalue()[-3000:]}")
     return {"tag": tag, "seconds": time.monotonic() - started, "log": log.getvalue()}
 
 
 @pytest.fixture(scope="session")
-def cpu_image(session_env) -> Dict[str, object]:
+def cpu_image(session_env, checkout_dotenv: Path) -> Dict[str, object]:
     return build_once("cpu")
 
 
@@ -96,11 +124,11 @@ def removed_after_unless_kept(docker_api, tag: str) -> Iterator[None]:
                 docker_api.remove_image(tag, force=True)
 
 
-def invoke(args: List[str], env: Dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``invoke ARGS`` from the repository root, like a user would."""
+def invoke(args: List[str], env: Dict[str, str], timeout: float = 600, root: Path = ROOT) -> subprocess.CompletedProcess:
+    """Run ``invoke ARGS`` from the repository root (or a copy of it with tasks.py), like a user would."""
     return subprocess.run(
         [sys.executable, "-m", "invoke", *args],
-        cwd=ROOT,
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,

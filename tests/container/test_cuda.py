@@ -6,11 +6,17 @@ Inductor's cache on its volume); `invoke train` asks for the GPUs exactly as
 `docker compose` does; and where Docker has no NVIDIA runtime, `invoke train
 --flavor cuda` ends in one line that says what to install. On an engine that
 has the NVIDIA runtime the same test trains the demo on the GPU instead.
+
+Everything here happens in a copy of the checkout (its build context and
+tasks.py), whose .env the CUDA flavor's build and `invoke train` write: the
+module runs beside the ``docker`` group (``OWN_IMAGES``), which writes the
+checkout's own .env for the CPU flavor.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, Iterator
@@ -21,10 +27,12 @@ from trainbox.container import compose, dotenv, envfiles, launch
 
 from .conftest import (
     FAST_SUPERVISOR,
+    OWN_IMAGES,
     ROOT,
     TEST_GID,
     TEST_UID,
     assert_checkpoint,
+    build_context,
     build_once,
     events,
     invoke,
@@ -33,13 +41,23 @@ from .conftest import (
 )
 from .test_image import ImageContract
 
+pytestmark = OWN_IMAGES
+
 
 @pytest.fixture(scope="module")
-def cuda_image(docker_api, session_env) -> Iterator[Dict[str, object]]:
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's copy of the checkout: the build context and tasks.py."""
+    root = build_context(tmp_path_factory.mktemp("cuda-checkout"))
+    shutil.copy2(ROOT / "tasks.py", root / "tasks.py")
+    return root
+
+
+@pytest.fixture(scope="module")
+def cuda_image(docker_api, session_env, checkout: Path) -> Iterator[Dict[str, object]]:
     """The CUDA image, built here on the bootstrapped Debian 12 base (it runs on the CPU without a GPU),
     for this module only."""
     with removed_after_unless_kept(docker_api, "trainbox:cuda"):
-        yield build_once("cuda")
+        yield build_once("cuda", checkout)
 
 
 class TestCudaImage(ImageContract):
@@ -73,33 +91,33 @@ def created(docker_api, service: compose.Service, labels: Dict[str, str]) -> Dic
 
 
 def test_invoke_asks_for_the_gpus_as_compose_does(
-    docker_api, cuda_image, runs_dir: Path, run_name: str, session_env, monkeypatch: pytest.MonkeyPatch
+    docker_api, cuda_image, checkout: Path, runs_dir: Path, run_name: str, session_env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TRAINBOX_RUNS_HOST", str(runs_dir))  # for launch.prepare here and compose below alike
     env = {**os.environ, "TRAINBOX_RUN_NAME": run_name}
     dotenv.ensure_owned_dir(runs_dir / run_name, TEST_UID, TEST_GID)  # compose mounts the run's own directory
-    request = launch.TrainRequest(profile="safe", flavor="cuda", root=ROOT, run_name=run_name)
+    request = launch.TrainRequest(profile="safe", flavor="cuda", root=checkout, run_name=run_name)
     service, labels = launch.prepare(request)
     ours = created(docker_api, service, labels)
     try:
-        subprocess.run(["docker", "compose", "create", "cuda"], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        subprocess.run(["docker", "compose", "create", "cuda"], cwd=checkout, env=env, capture_output=True, text=True, check=True)
         listed = subprocess.run(
-            ["docker", "compose", "ps", "-a", "-q", "cuda"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+            ["docker", "compose", "ps", "-a", "-q", "cuda"], cwd=checkout, env=env, capture_output=True, text=True, check=True
         ).stdout.split()
         theirs = docker_api.inspect_container(listed[0])
     finally:
-        subprocess.run(["docker", "compose", "rm", "-f", "-s", "cuda"], cwd=ROOT, env=env, capture_output=True)
+        subprocess.run(["docker", "compose", "rm", "-f", "-s", "cuda"], cwd=checkout, env=env, capture_output=True)
     requests = ours["HostConfig"]["DeviceRequests"]
     assert [(r["Driver"], r["Count"], r["Capabilities"]) for r in requests] == [("nvidia", -1, [["gpu"]])]
     assert settings_of(ours) == settings_of(theirs)
 
 
 def test_invoke_train_cuda_without_or_with_the_nvidia_runtime(
-    docker_api, cuda_image, runs_dir: Path, run_name: str, session_env
+    docker_api, cuda_image, checkout: Path, runs_dir: Path, run_name: str, session_env
 ) -> None:
     env = {**os.environ, "TRAINBOX_RUNS_HOST": str(runs_dir)}
     args = ["train", "--flavor", "cuda", "--name", run_name, "--no-build", "--supervisor", FAST_SUPERVISOR]
-    result = invoke(args, env)
+    result = invoke(args, env, root=checkout)
     if nvidia_runtime(docker_api):
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr
         assert_checkpoint(runs_dir / run_name)
@@ -112,12 +130,12 @@ def test_invoke_train_cuda_without_or_with_the_nvidia_runtime(
 
 
 def test_cuda_image_trains_with_torch_compile_on_the_cpu(
-    docker_api, cuda_image, runs_dir: Path, run_name: str, cache_volume: str, session_env
+    docker_api, cuda_image, checkout: Path, runs_dir: Path, run_name: str, cache_volume: str, session_env
 ) -> None:
     """The fast-compile profile in the CUDA image, GPU request left out: spawn workers, compile, a cache on the volume."""
     runtime = envfiles.runtime_env("cuda")
     variables = dotenv.variables(dotenv.settings("cuda"))
-    service = compose.service("cuda", {**variables, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_RUN_NAME": run_name}, ROOT)
+    service = compose.service("cuda", {**variables, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_RUN_NAME": run_name}, checkout)
     dotenv.ensure_owned_dir(runs_dir / run_name, TEST_UID, TEST_GID)
     service.device_requests = []
     service.healthcheck = None

@@ -6,31 +6,22 @@ whose CPU lock lost torch's hashes (the checkout and the shared trainbox:cpu ima
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Dict
 
 import pytest
 
-from tests.paths import REPO
+from tests.container.conftest import build_context
 from trainbox.container import dotenv, locks
 from trainbox.errors import UserError
 
-ROOT = REPO
-#: What `docker compose build cpu` needs from the checkout (.dockerignore keeps the context to env/ and train/).
-CONTEXT = ("compose.yaml", "Dockerfile.cpu", ".dockerignore", "env", "train")
 #: Tag for the copy's image, so that a build that wrongly succeeded could not replace the shared trainbox:cpu.
 TEST_TAG = "trainbox:incomplete-lock-test"
 
 
 def copy_context(target: Path) -> Path:
-    for name in CONTEXT:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(source, target / name)
+    build_context(target)
     compose_file = target / "compose.yaml"
     text = compose_file.read_text()
     assert text.count("image: trainbox:cpu\n") == 1

@@ -124,6 +124,18 @@ def test_second_ctrl_c_kills_the_container_at_once(docker_api, cpu_image, runs_d
     assert not inspected["State"]["Running"] and inspected["State"]["ExitCode"] == 137
 
 
+#: The legacy builder's line for a RUN step's container: "Step 5/11 : RUN ...", then " ---> Running in <id>".
+RUNNING_IN = re.compile(r"Step \d+/\d+ : RUN .*?\n ---> Running in ([0-9a-f]+)", re.S)
+
+
+def assert_build_container_ends(docker_api, container: str) -> None:
+    """The stopped build's RUN container goes (others may run: the Docker tests of another group build beside)."""
+    deadline = time.monotonic() + 30  # the engine cancels the build once its client has hung up
+    while docker_api.containers(filters={"id": container}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not docker_api.containers(filters={"id": container}), "the build's RUN container is still running"
+
+
 @pytest.fixture
 def image_missing(docker_api, cpu_image) -> Callable[[], bool]:
     """Untag trainbox:cpu for the test (its layers stay, under a spare tag) and tag it back afterwards."""
@@ -151,17 +163,15 @@ def test_ctrl_c_during_the_image_build_leaves_nothing(
     (cas / "zz-one-more.crt").write_text(first_public_root)
     env = {**session_env, "TRAINBOX_RUNS_HOST": str(runs_dir), "TRAINBOX_CA_CERTS": str(cas)}
     invoked = Invoked(["train", "--flavor", "cpu", "--name", run_name], env)
-    invoked.wait_until(lambda: re.search(r"Step \d+/\d+ : RUN ", invoked.output) is not None, "the build's first RUN")
+    invoked.wait_until(lambda: RUNNING_IN.search(invoked.output) is not None, "the build's first RUN")
+    run_container = RUNNING_IN.search(invoked.output).group(1)
     invoked.process.send_signal(signal.SIGINT)
     code = invoked.finish(timeout=30)
     assert code == SIGINT_EXIT, invoked.output[-3000:]
     assert last_line(invoked.output) == "invoke train: stopped the build of trainbox:cpu (no image was tagged) (Ctrl-C)"
     assert not image_missing(), "an interrupted build must not tag the image"
     assert not docker_api.containers(all=True, filters={"label": f"io.trainbox.run={run_name}"})
-    deadline = time.monotonic() + 30  # the engine cancels the build once its client has hung up
-    while docker_api.containers(all=True, filters={"status": "running"}) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not docker_api.containers(all=True, filters={"status": "running"}), "the build's RUN container is still running"
+    assert_build_container_ends(docker_api, run_container)
 
 
 def test_stop_requested_names_the_signal() -> None:
@@ -200,9 +210,8 @@ def test_stopped_build_tags_nothing(
     """`invoke build` stopped inside its first RUN: exit 128+N within 2 s, trainbox:cpu unchanged, no build container left."""
     env = {**uncached_ca_env(session_env, tmp_path, public_root(len(os.listdir(tmp_path)))), "TMPDIR": str(tmp_path)}
     invoked = Invoked(["build", "--flavor", "cpu"], env, sigint_ignored=sigint_ignored)
-    running_in = re.compile(r"Step \d+/\d+ : RUN .*?\n ---> Running in ([0-9a-f]+)", re.S)
-    invoked.wait_until(lambda: running_in.search(invoked.output) is not None, "the build's first RUN")
-    run_container = running_in.search(invoked.output).group(1)
+    invoked.wait_until(lambda: RUNNING_IN.search(invoked.output) is not None, "the build's first RUN")
+    run_container = RUNNING_IN.search(invoked.output).group(1)
     time.sleep(1)  # inside the RUN
     code, took = invoked.stop(signum)
     name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
@@ -210,10 +219,7 @@ def test_stopped_build_tags_nothing(
     assert last_line(invoked.output) == f"invoke build: stopped the build of trainbox:cpu (no image was tagged) ({name})"
     assert "Successfully" not in invoked.output  # built/tagged (trainbox:cpu itself is shared: others may rebuild it)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["cas"], "the build context's temp file is left"
-    deadline = time.monotonic() + 30  # the engine cancels the build once its client has hung up
-    while docker_api.containers(filters={"id": run_container}) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not docker_api.containers(filters={"id": run_container}), "the build's RUN container is still running"
+    assert_build_container_ends(docker_api, run_container)
 
 
 def test_build_without_the_proxy_ca_names_the_fix(docker_api, cpu_image, session_env, tmp_path: Path) -> None:

@@ -87,8 +87,8 @@ def engine2(second_engine: SecondEngine) -> docker.APIClient:
 
 
 @pytest.fixture(scope="package")
-def cpu_image(engine1: docker.APIClient) -> Iterator[str]:
-    """ID of the CPU image, tagged TEST_TAG for the session."""
+def cpu_image(engine1: docker.APIClient, checkout_dotenv: Path) -> Iterator[str]:
+    """ID of the CPU image, tagged TEST_TAG for the session (a build writes the checkout's .env)."""
     ref = fingerprint.image_ref("cpu", ROOT)
     try:
         found = engine1.inspect_image(ref)

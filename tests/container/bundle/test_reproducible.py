@@ -25,7 +25,10 @@ import docker
 import pytest
 
 from tests.container.bundle.conftest import ROOT, build_environment
+from tests.container.conftest import OWN_IMAGES
 from trainbox.container import compose, dotenv, fingerprint
+
+pytestmark = OWN_IMAGES
 
 TAGS = {"cached": ("trainbox-repro", "cached"), "fresh": ("trainbox-repro", "fresh")}
 SITE_HASHES = (
