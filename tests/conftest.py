@@ -21,6 +21,13 @@ import pytest
 
 from tests.hosts import h100_host, host_copy  # noqa: F401  (fixtures for every folder that reads recorded host trees)
 
+#: The suite runs four workers on two cores, and each torch process a test starts has intra-op threads of its own. By
+#: default libgomp's idle threads spin while they wait for work: oversubscribed, the spinning takes the cores the other
+#: processes wait for. Measured on this 2-core machine, a 2-epoch Ultralytics run (``trainbox run --profile safe``)
+#: beside three busy processes: 92 CPU-s and 96 s with the default, 18 CPU-s and 25 s with PASSIVE; on an idle machine
+#: 18-20 s either way. Every process the tests start inherits it (the containers have their own environment).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 #: fixture -> the layer every test that uses it (directly or through another fixture) belongs to.
 LAYER_OF_FIXTURE = {"docker_api": "docker", "engine1": "docker", "engine2": "docker", "demo_data": "training"}
 

@@ -3,7 +3,10 @@ seed) and the fail-slow kinds and conditions (the hangs are exercised by every s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +76,16 @@ def test_leak_keeps_resident_memory(monkeypatch: pytest.MonkeyPatch) -> None:
         faults.point("step", step=step)
     assert [len(block) for block in faults._leaked] == [2 * 2**20] * 2
     assert all(block[4096 * 7] == 1 for block in faults._leaked)
+
+
+@pytest.mark.parametrize("kind", sorted(faults.TORCH_KINDS))
+def test_a_torch_hang_is_armed_with_torch_imported_before_the_first_beat(kind: str, tmp_path: Path) -> None:
+    # A stall found during `import torch` (seconds of Python on a loaded machine) would be busy_python, not the hang.
+    probe = "import sys; from trainbox import faults; faults.main(['--steps', '1']); print('torch' in sys.modules)"
+    env = {"PATH": "/usr/bin:/bin", faults.FAULT_ENV: f"{kind}@step,step=99", "TRAIN_RUN_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "True"
+    unarmed = subprocess.run([sys.executable, "-c", probe], env={**env, faults.FAULT_ENV: "sleep@step,step=99"},
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert unarmed.stdout.splitlines()[-1] == "False", "no other fault pays for the import"

@@ -300,6 +300,10 @@ KINDS: Dict[str, Callable[[], None]] = {
     "slow": slow_down,
     "leak": leak_memory,
 }
+#: Kinds whose hang runs torch code. ``main``'s child imports torch before its first beat when one is armed: on a
+#: loaded 2-core machine the import is seconds of Python, and a stall found in it would be a busy Python import, not
+#: the hang the fault names (the classifier's accuracy, bench/stall_accuracy.py, called a native spin busy_python so).
+TORCH_KINDS = frozenset({"native", "loader"})
 
 
 @dataclass(frozen=True)
@@ -559,6 +563,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from trainbox import heartbeat
 
     args = _arguments(argv)
+    if any(fault.kind in TORCH_KINDS for fault in armed()):
+        import torch  # noqa: F401  (see TORCH_KINDS)
     time.sleep(args.silent_start)
     point("start")
     work = StepWork(args)
