@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import psutil
-from common import REPO, RESULTS, RunDir, bare_command, epoch_seconds, events, span, summary, write_results
+from common import REPO, RESULTS, RunDir, bare_command, cli_env, epoch_seconds, events, span, summary, write_results
 
 from trainbox.yolo.demo_data import write_demo_dataset
 
@@ -139,7 +139,7 @@ def run_variant(
 ) -> Dict[str, Any]:
     """One run of ``variant``; its figures. ``compile_off``: torch.compile runs eagerly (``TORCH_COMPILE_DISABLE``)."""
     run = RunDir(run_dir)
-    env = dict(os.environ, PYTHONPATH=str(REPO), **({"TORCH_COMPILE_DISABLE": "1"} if compile_off else {}))
+    env = cli_env({"TORCH_COMPILE_DISABLE": "1"} if compile_off else {})  # an import root already set is kept
     if variant == "bare":
         argv = bare_command(run_dir, train_args)
         env["TRAIN_HEARTBEAT_FILE"] = str(run.heartbeat)
