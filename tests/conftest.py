@@ -43,6 +43,8 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
             # images (a session fixture builds each once per worker) and the checkout's .env, which they rewrite.
             # Modules that share neither name a group of their own (tests/container/conftest.py: OWN_IMAGES).
             item.add_marker(pytest.mark.xdist_group("docker"))
+    # A group's tests run in collection order on its worker; a stable sort keeps that order otherwise.
+    items.sort(key=lambda item: item.get_closest_marker("last_in_group") is not None)
 
 
 @pytest.hookimpl(hookwrapper=True)

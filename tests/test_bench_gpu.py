@@ -1,4 +1,8 @@
-"""bench/gpu.py in its quick CPU mode: every variant trains and every figure it reports is there and positive."""
+"""bench/gpu.py in its quick CPU mode: the variants asked for train and every figure it reports is there and positive.
+
+Three of the five: bare (its own code path), fast-compile (a trainbox profile, with compile run eagerly) and safe (no
+workers). fast and balanced go through the same code as those two with other settings, which the profile tests
+check; each tiny run costs about 30 CPU-seconds, and the suite runs on two cores."""
 
 from __future__ import annotations
 
@@ -11,13 +15,14 @@ import pytest
 
 from tests.supervised import REPO
 
-VARIANTS = ("bare", "fast", "fast-compile", "balanced", "safe")
+VARIANTS = ("bare", "fast-compile", "safe")
 FIGURES = ("epoch_s", "first_batch_s", "peak_mib", "wall_s", "speed")
 
 
 @pytest.mark.training
-def test_quick_cpu_bench_reports_every_variant(tmp_path: Path) -> None:
-    command = [sys.executable, str(REPO / "bench" / "gpu.py"), "--device", "cpu", "--quick", "--out", str(tmp_path)]
+def test_quick_cpu_bench_reports_the_variants_asked_for(tmp_path: Path) -> None:
+    bench = str(REPO / "bench" / "gpu.py")
+    command = [sys.executable, bench, "--device", "cpu", "--quick", "--variants", ",".join(VARIANTS), "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
@@ -33,4 +38,4 @@ def test_quick_cpu_bench_reports_every_variant(tmp_path: Path) -> None:
         assert (device["kind"], device["amp"], device["pin_memory"]) == ("cpu", False, False)
     assert result["variants"]["fast-compile"]["compile_off"] is True
     markdown = (tmp_path / "gpu-quick.md").read_text()
-    assert "python bench/gpu.py --device cpu --quick" in markdown and "| fast |" in markdown
+    assert "python bench/gpu.py --device cpu --quick" in markdown and "| safe |" in markdown
