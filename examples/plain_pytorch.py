@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, ContextManager, Optional
 
@@ -200,7 +201,7 @@ def train(args: argparse.Namespace) -> int:
         persistent_workers=args.workers > 0,
         pin_memory=device.type == "cuda",  # page-locked batches: the copy below overlaps with compute
     )
-    step = start_epoch * len(loader)
+    step, total_steps = start_epoch * len(loader), args.epochs * len(loader)
     for epoch in range(start_epoch, args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -213,13 +214,15 @@ def train(args: argparse.Namespace) -> int:
             scaler.step(optimizer)
             scaler.update()
             step += 1
-            beat("train", epoch=epoch, batch=batch, step=step, loss=round(loss.item(), 4))  # the one line
+            # The one line. total_steps lets a ladder's policy weigh the work left (README: any command's ladder).
+            beat("train", epoch=epoch, batch=batch, step=step, loss=round(loss.item(), 4), total_steps=total_steps)
             faults.point("step", epoch=epoch, step=step)
         beat("save", epoch=epoch, timeout=300)
         if is_writer():
             state = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}
             with atomic_writer(args.checkpoint) as handle:
                 torch.save(dict(state, epoch=epoch), handle)
+            beat("save", epoch=epoch, checkpoint_ts=time.time())  # written: what a stall from here would redo
         print(f"epoch {epoch} loss {loss.item():.4f}", flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
