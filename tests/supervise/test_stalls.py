@@ -74,7 +74,9 @@ def test_in_process_compile_that_grows_the_inductor_cache_is_not_killed(tmp_path
     run_dir = tmp_path / "run"
     env = {
         "TRAIN_FAULT": "cache@step,step=2,attempt=0",
-        "TRAIN_FAULT_SECONDS": "12",
+        # Long enough that `health`, started after the first extension, still finds it compiling on a loaded machine
+        # (at 12 s, once in CI, the run had ended by then).
+        "TRAIN_FAULT_SECONDS": "30",
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "c"),
     }
     args = ["supervise", "--run-dir", str(run_dir), "--stall-timeout", "4", *QUICK, "--", *faulty_child("--steps", "6")]

@@ -149,4 +149,7 @@ def test_a_lightning_fit_is_not_killed_while_its_bar_moves(tmp_path: Path) -> No
     assert result.code == ExitCode.OK, result.stderr
     assert result.kinds() == ["start", "exit"]
     phases = {(s.get("phase"), s.get("epoch")) for s in progress_samples(tmp_path)}
-    assert {("train", 0), ("train", 2)} <= phases and ("val", None) in phases
+    # Sampled every few seconds and at phase changes: on a loaded machine a short epoch's train phase can fall between
+    # two samples (once in CI, epoch 2's), so the test asks for the first epoch, a later one, and validation.
+    trained = {epoch for phase, epoch in phases if phase == "train"}
+    assert 0 in trained and max(trained) >= 1 and ("val", None) in phases, phases

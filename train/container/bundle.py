@@ -508,7 +508,8 @@ def restore(
     """
     progress = progress or sys.stderr
     target = Path(target)
-    with Bundle(path) as opened:
+    # Named from the opening on: opening reads the whole bundle for its digest, and a stop there loaded nothing either.
+    with on_stop(f"checking {path} (nothing was loaded or written)"), Bundle(path) as opened:
         if expected_digest is not None and opened.digest != expected_digest.lower():
             raise UserError(f"bundle {path} has manifest sha256 {opened.digest}, not the expected {expected_digest}")
         if expected_digest is None:
@@ -520,16 +521,15 @@ def restore(
         flavor, tags, image_id = image.get("flavor"), list(image.get("tags") or []), image.get("id")
         if flavor not in flavors.FLAVORS or not tags or not image_id:
             raise UserError(f"bundle {path}: manifest lacks the image's flavor, tags or ID")
-        with on_stop(f"checking {path} (nothing was loaded or written)"):
-            files = opened.read_files()
-            _check_compose(files[COMPOSE_PART], accept_compose, progress)
-            conflicts = _file_conflicts(opened, target)
-            if conflicts:
-                raise UserError(
-                    f"{target / conflicts[0]} differs from the bundle's copy ({len(conflicts)} file(s)):"
-                    " restore into an empty directory (--into DIR)"
-                )
-            opened.verify_image(progress)
+        files = opened.read_files()
+        _check_compose(files[COMPOSE_PART], accept_compose, progress)
+        conflicts = _file_conflicts(opened, target)
+        if conflicts:
+            raise UserError(
+                f"{target / conflicts[0]} differs from the bundle's copy ({len(conflicts)} file(s)):"
+                " restore into an empty directory (--into DIR)"
+            )
+        opened.verify_image(progress)
         with on_stop(f"loading the image of {path} (the engine drops a half-sent load; nothing was written)"):
             client = client or engine.api()
             _load_accepted(client, opened, progress)
