@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -83,6 +84,38 @@ def test_a_restart_is_one_line_with_the_reason_from_the_runs_history(tmp_path: P
     ), line
     older = launch._restart_line(inspected_after_restart(tmp_path, 2), {"State": {"StartedAt": "2026-11-23T18:20:00Z"}})
     assert "exited (a crash or a kill)" in older, "a hang before the last start is not this restart's reason"
+
+
+class RestartedContainer:
+    """The daemon's answers while a container is restarted by its policy, as `invoke train` saw them in CI: the log
+    stream ends on a progress bar's unended draw, and the inspection taken then still shows the old start running."""
+
+    def __init__(self, run_dir: Path) -> None:
+        first = {"RestartCount": 0, "State": {"StartedAt": "2026-11-23T18:10:00Z", "Running": True, "Restarting": False}}
+        last = {**inspected_after_restart(run_dir, 1), "State": {"StartedAt": "2026-11-23T18:20:05Z", "Running": False}}
+        last["State"].update(Restarting=False, ExitCode=0)
+        last["Config"] = {**last["Config"], "Hostname": "c0ffee"}  # the final exit as recorded: none here
+        self.inspections = [first, first, inspected_after_restart(run_dir, 1), last]
+        self.streams = [[b"Epoch 1/5 ...\n", b"\r  3/10 [00:02<00:05]"], [], [b"Resuming training\n"]]
+        self.since: List[object] = []
+
+    def inspect_container(self, container_id: str) -> dict:
+        return self.inspections.pop(0)
+
+    def logs(self, container_id: str, stream: bool, follow: bool, since: object) -> Iterator[bytes]:
+        self.since.append(since)
+        yield from self.streams.pop(0)
+
+
+def test_a_restart_seen_late_is_said_once_on_a_line_of_its_own(tmp_path: Path) -> None:
+    client = RestartedContainer(tmp_path)
+    out = io.StringIO()
+    assert launch.stream_logs(client, "c0ffee", out) == 0  # type: ignore[arg-type]
+    lines = out.getvalue().splitlines()
+    restarts = [line for line in lines if line.startswith("trainbox: container restarted by Docker")]
+    assert len(restarts) == 1 and "(restart 1 of 3)" in restarts[0], lines
+    assert lines.index(restarts[0]) == lines.index("Resuming training") - 1, lines
+    assert client.since[2] == launch._unix("2026-11-23T18:20:05Z"), "the new start's output from its first line"
 
 
 class StoppedContainer:

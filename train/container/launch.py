@@ -351,27 +351,37 @@ def ensure_volumes(client: docker.APIClient, service: compose.Service) -> None:
 
 
 def stream_logs(client: docker.APIClient, container_id: str, out: Optional[TextIO] = None) -> int:
-    """Stream logs until the container stops for good and return its exit code; each restart is one line."""
+    """Stream logs until the container stops for good and return its exit code; each restart is one line.
+
+    A restart is told by the container's ``RestartCount`` against the last start announced, not against the last
+    inspection: an inspection taken as the stream ends may still show the old start running (the daemon records the
+    exit after it closes the log), and the restart must be said when it is seen, whenever that is.
+    """
     out = out or sys.stdout
     since: Optional[int] = None
-    inspected = client.inspect_container(container_id)
+    announced = client.inspect_container(container_id)  # the start whose output is being followed
+    at_line_start = True
     while True:
         for chunk in client.logs(container_id, stream=True, follow=True, since=since):
-            out.write(chunk.decode(errors="replace"))
+            text = chunk.decode(errors="replace")
+            out.write(text)
             out.flush()
+            at_line_start = text.endswith("\n") if text else at_line_start
         since = int(time.time())
-        before = inspected
         inspected = client.inspect_container(container_id)
         while inspected["State"]["Restarting"]:  # the policy's delay: wait for the new start
             time.sleep(0.5)
             inspected = client.inspect_container(container_id)
+        restarted = inspected["RestartCount"] > announced["RestartCount"]
+        if restarted:
+            # A killed child leaves its progress bar's last draw unended: the line starts a line of its own.
+            out.write(("" if at_line_start else "\n") + _restart_line(inspected, announced) + "\n")
+            out.flush()
+            at_line_start, announced = True, inspected
+            since = _unix(inspected["State"]["StartedAt"])  # the new start's output, from its first line
         if not inspected["State"]["Running"]:
             return _real_exit(inspected)
-        if inspected["RestartCount"] > before["RestartCount"]:
-            out.write(_restart_line(inspected, before) + "\n")
-            out.flush()
-            since = _unix(inspected["State"]["StartedAt"])  # the new start's output, from its first line
-        else:
+        if not restarted:
             time.sleep(0.5)  # the stream ended but the container runs on (a daemon hiccup): follow it again
 
 
