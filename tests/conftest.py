@@ -9,7 +9,7 @@ Layers (markers registered in pyproject.toml):
 * ``slow``: over about a minute on 2 cores without being either of the above.
 
 ``python -m pytest -n 4 -m "not docker and not training"`` is the inner loop; CI runs everything, in parallel
-(``-n 8``), with the Docker tests in five groups of a worker each (tests/container/conftest.py).
+(``-n 4``) with the Docker tests kept in two workers: those that build images of their own, and the rest.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 
 from tests.hosts import h100_host, host_copy  # noqa: F401  (fixtures for every folder that reads recorded host trees)
 
-#: The suite runs four to eight workers on two cores, and each torch process a test starts has intra-op threads of its
-#: own. By default libgomp's idle threads spin while they wait for work: oversubscribed, the spinning takes the cores the
-#: other processes wait for. Measured on this 2-core machine, a 2-epoch Ultralytics run (``trainbox run --profile safe``)
+#: The suite runs four workers on two cores, and each torch process a test starts has intra-op threads of its own. By
+#: default libgomp's idle threads spin while they wait for work: oversubscribed, the spinning takes the cores the other
+#: processes wait for. Measured on this 2-core machine, a 2-epoch Ultralytics run (``trainbox run --profile safe``)
 #: beside three busy processes: 92 CPU-s and 96 s with the default, 18 CPU-s and 25 s with PASSIVE; on an idle machine
 #: 18-20 s either way. Every process the tests start inherits it (the containers have their own environment).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -41,8 +41,10 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
         if item.get_closest_marker("docker") and not item.get_closest_marker("xdist_group"):
             # Under pytest-xdist (-n), one worker runs them all, one after another: they share the engine's
             # images (a session fixture builds each once per worker) and the checkout's .env, which they rewrite.
-            # Modules that share neither name a group of their own (tests/container/conftest.py: BUNDLE and others).
+            # Modules that share neither name a group of their own (tests/container/conftest.py: OWN_IMAGES).
             item.add_marker(pytest.mark.xdist_group("docker"))
+    # A group's tests run in collection order on its worker; a stable sort keeps that order otherwise.
+    items.sort(key=lambda item: item.get_closest_marker("last_in_group") is not None)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -10,14 +10,12 @@ unless ``TRAINBOX_CA_CERTS`` says otherwise.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
@@ -66,7 +64,7 @@ def session_env(docker_api) -> Iterator[Dict[str, str]]:
 @pytest.fixture(scope="session")
 def checkout_dotenv() -> Iterator[Path]:
     """The checkout's .env, which builds of trainbox:cpu (re)write, as it was before the session once it ends.
-    The ``docker`` and ``docker-bundle`` groups' builds write it, with the same values (:data:`BUNDLE`)."""
+    Only the ``docker`` group's worker writes it (:data:`OWN_IMAGES` build elsewhere)."""
     path = ROOT / ".env"
     saved = path.read_text() if path.exists() else None
     yield path
@@ -76,33 +74,11 @@ def checkout_dotenv() -> Iterator[Path]:
         path.write_text(saved)
 
 
-#: The Docker tests run in five xdist groups, each its own worker's for as long as it lasts (CI's longest paths; most of
-#: their time is spent waiting on downloads, image exports and containers, not on the two cores). tests/conftest.py
-#: puts every Docker test in ``docker`` unless its module names one of these:
-#: the bundle package, which pins trainbox:cpu under a tag of its own and runs a second engine;
-BUNDLE = pytest.mark.xdist_group("docker-bundle")
-#: and the modules that build images of their own from a copy of the build context (so that they share neither
-#: trainbox:cpu nor the checkout's .env with the ``docker`` group): the CUDA image, the native Debian 13 one, and
-#: the no-cache rebuild of the CPU image.
-CUDA_IMAGE = pytest.mark.xdist_group("docker-cuda")
-NATIVE_IMAGE = pytest.mark.xdist_group("docker-native")
-REBUILT_IMAGE = pytest.mark.xdist_group("docker-repro")
-#: Held (flock) by whoever builds trainbox:cpu's layers with the cache, in any worker or session on this machine:
-#: the first builds them, the others then find them cached, instead of three full builds side by side.
-CPU_BUILD_LOCK = Path(tempfile.gettempdir()) / "trainbox-tests-cpu-build.lock"
-
-
-@contextlib.contextmanager
-def cpu_build_lock() -> Iterator[None]:
-    """Build trainbox:cpu's cached layers one builder at a time (see CPU_BUILD_LOCK)."""
-    with open(CPU_BUILD_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
+#: The second xdist group of Docker tests (tests/conftest.py puts the others in ``docker``): modules that build
+#: images of their own (the CUDA image, the native Debian 13 one, the no-cache rebuild) from a copy of the build
+#: context, so they share neither trainbox:cpu nor the checkout's .env with the ``docker`` group and run beside it.
+#: Each group is about half of the Docker tests' 40 minutes on 2 cores: CI's longest path.
+OWN_IMAGES = pytest.mark.xdist_group("docker-own-images")
 #: What an image build needs from the checkout (.dockerignore keeps the context to env/ and train/).
 BUILD_CONTEXT = ("compose.yaml", ".dockerignore", "env", "train", *(path.name for path in ROOT.glob("Dockerfile.*")))
 
@@ -131,8 +107,7 @@ def build_once(flavor: str, root: Path = ROOT) -> Dict[str, object]:
 
 @pytest.fixture(scope="session")
 def cpu_image(session_env, checkout_dotenv: Path) -> Dict[str, object]:
-    with cpu_build_lock():
-        return build_once("cpu")
+    return build_once("cpu")
 
 
 @contextlib.contextmanager

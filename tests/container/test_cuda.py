@@ -9,7 +9,7 @@ has the NVIDIA runtime the same test trains the demo on the GPU instead.
 
 Everything here happens in a copy of the checkout (its build context and
 tasks.py), whose .env the CUDA flavor's build and `invoke train` write: the
-module runs beside the ``docker`` group (``CUDA_IMAGE``), which writes the
+module runs beside the ``docker`` group (``OWN_IMAGES``), which writes the
 checkout's own .env for the CPU flavor.
 """
 
@@ -26,8 +26,8 @@ import pytest
 from trainbox.container import compose, dotenv, envfiles, launch
 
 from .conftest import (
-    CUDA_IMAGE,
     FAST_SUPERVISOR,
+    OWN_IMAGES,
     ROOT,
     TEST_GID,
     TEST_UID,
@@ -41,7 +41,7 @@ from .conftest import (
 )
 from .test_image import ImageContract
 
-pytestmark = CUDA_IMAGE
+pytestmark = OWN_IMAGES
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,9 @@ import pytest
 
 from trainbox.container import dotenv, envfiles
 
-from .conftest import FAST_SUPERVISOR, NATIVE_IMAGE, ROOT, TEST_GID, TEST_UID, removed_after_unless_kept
+from .conftest import FAST_SUPERVISOR, OWN_IMAGES, ROOT, TEST_GID, TEST_UID, removed_after_unless_kept
 
-pytestmark = NATIVE_IMAGE
+pytestmark = OWN_IMAGES
 
 HERE = Path(__file__).resolve().parent / "native"
 #: What the native route uses of a checkout: the package, its metadata (README.md is the long description)

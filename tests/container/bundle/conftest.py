@@ -25,7 +25,6 @@ import pytest
 from docker.errors import APIError, ImageNotFound
 
 from tests.container.bundle.engine2 import SecondEngine
-from tests.container.conftest import cpu_build_lock
 from tests.paths import REPO
 from trainbox.container import build, bundle, engine, fingerprint, locks
 from trainbox.errors import UserError
@@ -90,18 +89,6 @@ def engine2(second_engine: SecondEngine) -> docker.APIClient:
 @pytest.fixture(scope="package")
 def cpu_image(engine1: docker.APIClient, checkout_dotenv: Path) -> Iterator[str]:
     """ID of the CPU image, tagged TEST_TAG for the session (a build writes the checkout's .env)."""
-    with cpu_build_lock():  # the docker group's worker may be building it now
-        image_id = _current_cpu_image(engine1)
-    engine1.tag(image_id, TEST_REPOSITORY, TEST_TAG_NAME)
-    yield image_id
-    try:
-        engine1.remove_image(TEST_TAG)
-    except APIError as exc:
-        print(f"note: {TEST_TAG} left on engine 1: {exc.explanation}", file=sys.stderr)
-
-
-def _current_cpu_image(engine1: docker.APIClient) -> str:
-    """trainbox:cpu's ID, built first when there is none or the one there was built from an older lock."""
     ref = fingerprint.image_ref("cpu", ROOT)
     try:
         found = engine1.inspect_image(ref)
@@ -112,7 +99,12 @@ def _current_cpu_image(engine1: docker.APIClient) -> str:
     if found is None or (found["Config"].get("Labels") or {}).get("io.trainbox.lock-sha256") != current_lock:
         with build_environment():  # none yet, or one built from an older lock (a stale image of this machine)
             image_id = engine1.inspect_image(build.build("cpu", ROOT, out=sys.stderr))["Id"]
-    return image_id
+    engine1.tag(image_id, TEST_REPOSITORY, TEST_TAG_NAME)
+    yield image_id
+    try:
+        engine1.remove_image(TEST_TAG)
+    except APIError as exc:
+        print(f"note: {TEST_TAG} left on engine 1: {exc.explanation}", file=sys.stderr)
 
 
 @pytest.fixture(scope="package")

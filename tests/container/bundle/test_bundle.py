@@ -25,11 +25,8 @@ from docker.errors import ImageNotFound
 
 from tests.container.bundle.conftest import MEASURED, ROOT, TEST_TAG
 from tests.container.bundle.engine2 import SecondEngine
-from tests.container.conftest import BUNDLE
 from trainbox.container import bundle, fingerprint, locks
 from trainbox.errors import UserError
-
-pytestmark = BUNDLE
 
 
 def has_image(client: docker.APIClient, ref: str) -> bool:

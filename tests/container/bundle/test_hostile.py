@@ -27,11 +27,8 @@ import pytest
 
 from tests.container.bundle.conftest import ROOT, TEST_TAG
 from tests.container.bundle.test_bundle import has_image, remove_from
-from tests.container.conftest import BUNDLE
 from trainbox.container import bundle, dotenv
 from trainbox.errors import UserError
-
-pytestmark = BUNDLE
 
 
 def hostile_values(victim: Path) -> Dict[str, str]:

@@ -22,11 +22,8 @@ import pytest
 from tests.container.bundle.conftest import TEST_TAG, build_environment
 from tests.container.bundle.engine2 import SecondEngine
 from tests.container.bundle.test_bundle import has_image, remove_from
-from tests.container.conftest import BUNDLE
 from tests.invoked import Invoked, last_line
 from trainbox.atomic import atomic_writer, remove_stale_temps
-
-pytestmark = BUNDLE
 
 #: Bytes a stream must have moved before the signal: well inside the save/verify/load of the 4 GB image.
 UNDER_WAY = 64 << 20
