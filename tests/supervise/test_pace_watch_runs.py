@@ -10,8 +10,11 @@ warm-up and learns the pace from a minute of beats, and the supervisor reads the
   restart;
 * ``contention``: CPU-bound steps pinned to CPU 0, and then busy processes started outside the run on the same
   CPU: the ``slow`` event names their pids, and ``--on-slow restart`` leaves the run alone;
-* ``loader``: a torch DataLoader whose ``__getitem__`` becomes 40x slower (``slow@getitem``; its two workers then
-  deliver a batch every 0.4 s to a loop that takes one every 0.1 s): named ``loader``;
+* ``loader``: a torch DataLoader whose ``__getitem__`` becomes 120x slower from step :data:`LOADER_CHANGE_STEP`
+  (``slow@getitem``; its two workers then deliver a batch every 1.2 s to a loop that takes one every 0.1 s, so the
+  main thread waits in the DataLoader 92 % of the time: 2 or fewer of the reading's 5 stack samples there, under the
+  rule's bar of half, has a chance under 0.5 %; at 40x it waited 75 % of the time, and that chance was 10 %): named
+  ``loader``;
 * ``memory``: a child in a memory cgroup that leaks 640 MiB into its limit (``leak@step``) and then re-reads its
   memory-mapped dataset at every step: named ``memory``, asked for a checkpoint and restarted by ``--on-slow
   restart``, and its next attempt (which does not leak) resumes from that checkpoint and recovers the pace;
@@ -46,6 +49,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pace-runs")]
 PACE_S = 110.0
 #: The step a 10 steps/s child reaches after PACE_S (0.1 s steps take about 0.107 s with their beat and print).
 CHANGE_STEP = 1000
+#: The loader run slows later: its explanation needs the loader share of the first reading at pace (the only one
+#: with stack samples in its first 5 minutes), and that reading must have ended a block before the slowdown began.
+#: At CHANGE_STEP the margin was a few seconds, less than a loaded machine's slower warm-up takes away.
+LOADER_CHANGE_STEP = CHANGE_STEP + 300
 #: Busy processes pinned with the contention run on CPU 0, each in a session of its own (another terminal's program)
 #: at nice -10: its process's nice, and its session's where the kernel groups processes by session
 #: (``/proc/<pid>/autogroup``, CONFIG_SCHED_AUTOGROUP: there a CPU is shared between sessions first, so the busy
@@ -107,9 +114,11 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
             ),
             Scenario(
                 "loader",
-                faulty_child("--steps", "1250", "--interval", "0.1", "--loader-workers", "2", "--item-s", "0.005"),
-                f"slow@getitem,index>={4 * CHANGE_STEP}",
-                env={"TRAIN_FAULT_FACTOR": "40"},
+                faulty_child(
+                    "--steps", str(LOADER_CHANGE_STEP + 100), "--interval", "0.1", "--loader-workers", "2", "--item-s", "0.005"
+                ),
+                f"slow@getitem,index>={4 * LOADER_CHANGE_STEP}",  # four items a step
+                env={"TRAIN_FAULT_FACTOR": "120"},
             ),
             Scenario(
                 "memory",
@@ -249,7 +258,7 @@ def test_a_data_loader_that_slows_is_named_loader(runs: Dict[str, Scenario]) -> 
     loader = runs["loader"]
     assert loader.code == 0, describe(loader)
     (slow,) = loader.of("slow")
-    assert slow["suspect"] == "loader" and slow["inside"], slow
+    assert slow["suspect"] == "loader" and slow["inside"], f"{slow['suspect']}: {slow['evidence']}\n{describe(loader)}"
     assert "main thread in the DataLoader" in slow["evidence"][0]
 
 
