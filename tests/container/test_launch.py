@@ -92,10 +92,13 @@ class RestartedContainer:
 
     def __init__(self, run_dir: Path) -> None:
         first = {"RestartCount": 0, "State": {"StartedAt": "2026-11-23T18:10:00Z", "Running": True, "Restarting": False}}
-        last = {**inspected_after_restart(run_dir, 1), "State": {"StartedAt": "2026-11-23T18:20:05Z", "Running": False}}
-        last["State"].update(Restarting=False, ExitCode=0)
-        last["Config"] = {**last["Config"], "Hostname": "c0ffee"}  # the final exit as recorded: none here
-        self.inspections = [first, first, inspected_after_restart(run_dir, 1), last]
+        restarted = inspected_after_restart(run_dir, 1)
+        last = {
+            **restarted,
+            "State": {"StartedAt": "2026-11-23T18:20:05Z", "Running": False, "Restarting": False, "ExitCode": 0},
+            "Config": {**restarted["Config"], "Hostname": "c0ffee"},  # the final exit as recorded: none here
+        }
+        self.inspections = [first, first, restarted, last]
         self.streams = [[b"Epoch 1/5 ...\n", b"\r  3/10 [00:02<00:05]"], [], [b"Resuming training\n"]]
         self.since: List[object] = []
 
