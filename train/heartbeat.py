@@ -31,7 +31,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, Optional
+from typing import IO, Any, Dict, Optional, Tuple
 
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import files_of, read_beat
@@ -142,34 +142,77 @@ def beat(
     if _beater is None:
         _beater = _Beater()
         install_stack_dump()
+        _requests.note_start()
     return _beater.beat(force, phase, timeout, dict(metrics, step=step, epoch=epoch, batch=batch))
 
 
 #: How often :func:`checkpoint_requested` looks at the request file: one ``stat`` a second at most, so it may be
 #: called at every step.
 REQUEST_CHECK_S = 1.0
-#: Since when this process has answered checkpoint requests: one written before it started is not for it.
-_answered = [time.time()]
-_looked = [0.0]
+
+#: A checkpoint request told apart from another by its file's inode, size and mtime in nanoseconds.
+RequestId = Tuple[int, int, int]
+
+
+class _Requests:
+    """Which checkpoint request this process has answered, or found at its first look (the first beat or the first
+    :func:`checkpoint_requested`): one written before this process started is not for it.
+
+    A request is new when its file's identity differs from that one. Its mtime is never compared with this process's
+    clock: a run directory on NFS, or in a VM's or container's shared folder, is stamped by another machine's clock,
+    and one behind ours would hide every request, one ahead answer the same request at every step."""
+
+    def __init__(self) -> None:
+        self.answered: Optional[RequestId] = None
+        self.first_look = True
+        self.seen: Optional[RequestId] = None  # the request the last look found
+        self.looked = 0.0
+
+    @staticmethod
+    def current() -> Optional[RequestId]:
+        run = run_dir()
+        found = run.files.stat(run.checkpoint_request).value if run is not None else None
+        # None when missing or not a plain file (a link, a FIFO: never opened)
+        return None if found is None else (found.st_ino, found.st_size, found.st_mtime_ns)
+
+    def note_start(self) -> None:
+        if self.first_look:
+            self.first_look = False
+            self.answered = self.current()
+
+    def pending(self) -> bool:
+        """Whether a request is waiting. Once seen it stays asked for until :meth:`answer`: a step that cannot write
+        a checkpoint (no optimizer step under gradient accumulation, an epoch's last batch) must not use up the look,
+        or at a steady pace the look at each second lands on such steps again and again."""
+        self.note_start()
+        now = time.monotonic()
+        if now - self.looked >= REQUEST_CHECK_S:
+            self.looked = now
+            self.seen = self.current()
+        return self.seen is not None and self.seen != self.answered
+
+    def answer(self) -> None:
+        """A checkpoint was written: the request the last look found (if any) is answered."""
+        if self.seen is not None:
+            self.answered = self.seen
+
+
+_requests = _Requests()
 
 
 def checkpoint_requested() -> bool:
     """Whether the supervisor asks for a checkpoint now: it is about to restart this attempt because it became slow
     (``--on-slow restart``) and writes ``RUN_DIR/checkpoint.request`` first. Call it where a checkpoint can be written
-    (after an optimizer step); write one, then :func:`checkpointed`. Looks at the file at most once a second."""
-    run, now = run_dir(), time.monotonic()
-    if run is None or now - _looked[0] < REQUEST_CHECK_S:
-        return False
-    _looked[0] = now
-    found = run.files.stat(run.checkpoint_request).value  # None when missing or not a plain file (a link, a FIFO)
-    return found is not None and found.st_mtime > _answered[0]
+    (after an optimizer step); write one, then :func:`checkpointed`. Looks at the file at most once a second; a request
+    seen stays asked for until :func:`checkpointed`."""
+    return _requests.pending()
 
 
 def checkpointed() -> bool:
     """Say that a checkpoint was just written: a beat with ``checkpoint_ts``, which the supervisor waits for before it
-    restarts a slow attempt. Returns what :func:`beat` returns."""
-    _answered[0] = time.time()
-    return beat(force=True, checkpoint_ts=round(_answered[0], 3))
+    restarts a slow attempt, and the request last seen answered. Returns what :func:`beat` returns."""
+    _requests.answer()
+    return beat(force=True, checkpoint_ts=round(time.time(), 3))
 
 
 def read(path: Path) -> Optional[Dict[str, Any]]:
