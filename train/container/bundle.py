@@ -392,9 +392,12 @@ def _images(client: docker.APIClient) -> Dict[str, str]:
 
 
 def _undo_load(client: docker.APIClient, before: Dict[str, str], loaded: List[str]) -> None:
-    """Put the engine's images back as they were before a load that is not accepted: remove each image that is new
-    (by ID, with the tags it took), give every tag it moved back to its image, untag new names of older images."""
-    for image_id in {ref for ref in _images(client).values() if ref not in before}:
+    """Put the engine's images back as they were before a load that is not accepted: remove each image the load
+    brought (by ID, with the tags it took), give every tag it moved back to its image, untag new names of older
+    images. Only what the engine said it loaded is new: an image that another process built meanwhile on the same
+    engine (a build beside, a CI job) stays."""
+    now = _images(client)
+    for image_id in {now[ref] for ref in loaded if ref in now and now[ref] not in before}:
         client.remove_image(image_id, force=True)
     now = _images(client)
     for ref, image_id in before.items():

@@ -30,6 +30,9 @@ from tests.container.bundle.test_bundle import has_image, remove_from
 from trainbox.container import bundle, dotenv
 from trainbox.errors import UserError
 
+#: An image another process imports on the engine while a refused load is undone: it must stay.
+BYSTANDER = "trainbox-bystander:load"
+
 
 def hostile_values(victim: Path) -> Dict[str, str]:
     """What a hostile env file would like .env to say: the issue's examples, with an owner other than this host's
@@ -158,16 +161,21 @@ def test_differing_compose_is_refused_without_accept_compose(
     assert not target.exists() or list(target.iterdir()) == []
 
 
-def evil_image_tar(engine2: docker.APIClient, size: int) -> bytes:
-    """A tiny image tagged TEST_TAG, as `docker save` writes it, plus a padding member so that it is ``size`` bytes
-    (docker load ignores files it does not know); its end-of-archive is left to the original's last blocks."""
+def tiny_rootfs() -> bytes:
+    """A one-file root file system, as ``docker import`` takes it."""
     rootfs = io.BytesIO()
     with tarfile.open(fileobj=rootfs, mode="w") as tar:
         info = tarfile.TarInfo("evil")
         info.size = 4
         tar.addfile(info, io.BytesIO(b"evil"))
+    return rootfs.getvalue()
+
+
+def evil_image_tar(engine2: docker.APIClient, size: int) -> bytes:
+    """A tiny image tagged TEST_TAG, as `docker save` writes it, plus a padding member so that it is ``size`` bytes
+    (docker load ignores files it does not know); its end-of-archive is left to the original's last blocks."""
     repository, tag = TEST_TAG.split(":")
-    engine2.import_image_from_data(rootfs.getvalue(), repository=repository, tag=tag)
+    engine2.import_image_from_data(tiny_rootfs(), repository=repository, tag=tag)
     saved = b"".join(engine2.get_image(TEST_TAG))
     engine2.remove_image(TEST_TAG, force=True)
     members, offset = io.BytesIO(saved), 0
@@ -181,12 +189,14 @@ def evil_image_tar(engine2: docker.APIClient, size: int) -> bytes:
 
 
 class SwapAfterCheck(io.StringIO):
-    """Progress output that, the moment image.tar's check is complete, rewrites it in place (a real concurrent write)."""
+    """Progress output that, the moment image.tar's check is complete, rewrites it in place (a real concurrent write);
+    and once the load has begun, imports an image of its own on the same engine (another process's build beside)."""
 
-    def __init__(self, path: Path, offset: int, data: bytes) -> None:
+    def __init__(self, path: Path, offset: int, data: bytes, engine: docker.APIClient) -> None:
         super().__init__()
-        self.path, self.offset, self.data = path, offset, data
+        self.path, self.offset, self.data, self.engine = path, offset, data, engine
         self.original = b""
+        self.bystander = ""
 
     def write(self, text: str) -> int:
         if not self.original and f"verifying {bundle.IMAGE_PART}: " in text and "(100%)" in text:
@@ -196,6 +206,10 @@ class SwapAfterCheck(io.StringIO):
                 os.pwrite(fd, self.data, self.offset)
             finally:
                 os.close(fd)
+        if not self.bystander and "loading image" in text:
+            repository, tag = BYSTANDER.split(":")
+            self.engine.import_image_from_data(tiny_rootfs(), repository=repository, tag=tag)
+            self.bystander = self.engine.inspect_image(BYSTANDER)["Id"]
         return super().write(text)
 
     def undo(self) -> None:
@@ -205,10 +219,12 @@ class SwapAfterCheck(io.StringIO):
                 os.pwrite(fd, self.original, self.offset)
             finally:
                 os.close(fd)
+        remove_from(self.engine, BYSTANDER)
 
 
 def test_image_swapped_after_its_check_is_not_accepted(bundle_path: Path, engine2: docker.APIClient, tmp_path: Path) -> None:
-    """image.tar rewritten between the hash check and docker load: nothing of the new bytes stays on the engine."""
+    """image.tar rewritten between the hash check and docker load: nothing of the new bytes stays on the engine, and
+    nothing else is touched (an image imported on the engine during the load stays)."""
     remove_from(engine2, TEST_TAG)
     with bundle.Bundle(bundle_path) as opened:
         member = opened.members[bundle.IMAGE_PART]
@@ -217,14 +233,15 @@ def test_image_swapped_after_its_check_is_not_accepted(bundle_path: Path, engine
     assert tail == b"\0" * 1024  # the original's end-of-archive, which the swapped content reuses
     evil = evil_image_tar(engine2, member.size)
     images_before = {image["Id"] for image in engine2.images(all=True)}
-    progress = SwapAfterCheck(bundle_path, member.offset_data, evil)
+    progress = SwapAfterCheck(bundle_path, member.offset_data, evil, engine2)
     try:
         with pytest.raises(UserError) as caught:
             bundle.restore(bundle_path, tmp_path / "machine2", engine2, progress=progress)
+        images_after = {image["Id"] for image in engine2.images(all=True)}
     finally:
         progress.undo()
-    assert progress.original, "the swap never happened"
+    assert progress.original and progress.bystander, "the swap or the import beside never happened"
     assert "\n" not in str(caught.value)
     assert not has_image(engine2, TEST_TAG), f"the swapped image stayed ({caught.value})"
-    assert {image["Id"] for image in engine2.images(all=True)} == images_before
+    assert images_after == images_before | {progress.bystander}
     assert not (tmp_path / "machine2" / ".env").exists()
