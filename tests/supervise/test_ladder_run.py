@@ -76,7 +76,9 @@ def test_a_run_hung_twice_at_one_place_on_fast_steps_down_then_probes_fast_again
         '  - {name: safe, args: ["--interval", "0.08"], expected_speed: 0.25}\n'
     )  # safe 4x slower: the probe pays, and its wait is served, on a loaded machine too (at 2x it was not, once)
     run_dir = tmp_path / "run"
-    budgets = ["--stall-timeout", "1", "--startup-timeout", "30", "--backoff", "0", "--backoff-max", "0", "--grace", "1"]
+    # A 3 s stall budget: at 1 s, a checkpoint write waiting 1.3 s on a disk busy with CI's image builds was a stall
+    # on safe (io_wait, submit_bio_wait), and the run saw one move more than the hangs make.
+    budgets = ["--stall-timeout", "3", "--startup-timeout", "30", "--backoff", "0", "--backoff-max", "0", "--grace", "1"]
     child = faulty_child("--steps", "600", "--save-every", "20", "--checkpoint", str(tmp_path / "checkpoint"))
     done = train_cli(
         ["supervise", "--run-dir", str(run_dir), "--ladder", str(ladder), *budgets, "--", *child], run_dir, timeout=120

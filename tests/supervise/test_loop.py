@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -389,13 +388,19 @@ def test_a_stop_signal_during_an_attempt_stops_without_a_restart(tmp_path: Path)
 
 def test_a_stop_signal_during_the_back_off_stops_before_the_next_attempt(tmp_path: Path) -> None:
     settings = SupervisorSettings(backoff_s=30.0, backoff_max_s=30.0)
-    run = Run(tmp_path, [exits(1), exits(0)], settings)
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
+    sent: List[int] = []
+
+    def stop_once_backing_off(run_dir: RunDir) -> None:
+        """SIGTERM as the back-off begins (state.json says so), not after a fixed delay that a loaded machine outruns."""
+        if not sent and json.loads(run_dir.state.read_text())["state"] == "backoff":
+            sent.append(signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    run = Run(tmp_path, [exits(1), exits(0)], settings, on_publish=stop_once_backing_off)
     started = time.monotonic()
     assert run() == ExitCode.for_signal(signal.SIGTERM)
     assert time.monotonic() - started < 10, "the 30 s back-off was cut short by the signal"
-    assert run.names() == ["start", "crash", "restart", "exit"] and run.one("exit")["attempt"] == 0
+    assert run.names() == ["start", "crash", "restart", "exit"] and run.one("exit")["attempt"] == 0 and sent
 
 
 def test_supervisors_that_hung_too_often_give_up_before_any_attempt(tmp_path: Path) -> None:
