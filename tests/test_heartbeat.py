@@ -66,8 +66,6 @@ def test_budget_order_startup_declared_learned_stall() -> None:
 GARBAGE_THEN_BEATS = """
 import os, sys, time
 from pathlib import Path
-
-import pytest
 from trainbox.heartbeat import beat
 path = Path(os.environ["TRAIN_HEARTBEAT_FILE"])
 for garbage in (sys.argv[1], "[" * 100000, "x" * (1 << 20), "[1, 2]", '{"step": 1'):
@@ -133,8 +131,6 @@ import json, os, sys, time
 from trainbox import heartbeat
 from trainbox.rundir.layout import RunDir
 from pathlib import Path
-
-import pytest
 request = RunDir(Path(os.environ["TRAIN_RUN_DIR"])).checkpoint_request
 skew = float(sys.argv[1])  # how far the run directory's clock is from ours: its files' mtimes are set by it
 heartbeat.beat("train", step=1, force=True)

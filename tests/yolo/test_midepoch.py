@@ -165,7 +165,11 @@ def test_a_checkpoint_asked_for_is_written_at_the_next_optimizer_step(tmp_path: 
         # An epoch-end checkpoint also beats checkpoint_ts (it may come first: an epoch here lasts a few seconds);
         # the mid-epoch one says how long it took. Seen once under gradient accumulation, at the first step that
         # makes no optimizer step, the request stays asked for until the next one.
-        asked_for = lambda: beat().get("checkpoint_ts", 0) >= asked and "midepoch_save_s" in beat()  # noqa: E731
+
+        def asked_for() -> bool:
+            last = beat()  # one read: both fields from the same beat
+            return last.get("checkpoint_ts", 0) >= asked and "midepoch_save_s" in last
+
         wait_for(lambda: asked_for() or supervisor.poll() is not None, 120, "the mid-epoch checkpoint")
         assert asked_for(), f"the run ended with no mid-epoch checkpoint; its last beat: {beat()}"
     finally:
