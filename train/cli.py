@@ -2,6 +2,10 @@
 
 Host-side module: never imports torch or ultralytics. User mistakes end with
 one line on stderr and exit status 2, never a traceback (:mod:`trainbox.errors`).
+
+The profile and ladder models (pydantic, about a third of this module's import time) are imported by the commands
+that read them (``run``, ``demo``, ``supervise --ladder``): ``supervise``, ``health`` and ``status`` start without
+them, and a supervisor, its health checks and the test suite start this module many times.
 """
 
 from __future__ import annotations
@@ -18,15 +22,13 @@ from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.rundir import exit_record
 from trainbox.rundir.layout import RunDir
-from trainbox.supervise import command_ladder
-from trainbox.supervise.command_ladder import CommandLadder
 from trainbox.supervise.planner import Launch, Planner
 from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, SupervisorSettings
 from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
 from trainbox.view import metrics as run_metrics
 from trainbox.view import status as run_status
-from trainbox.yolo import kernels, profiles
+from trainbox.yolo import kernels
 from trainbox.yolo.demo_data import DEMO_IMAGES, DEMO_TRAIN_ARGS
 
 DEFAULT_RUN_DIR = "runs/trainbox"
@@ -164,11 +166,17 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
     settings = _settings(args)
-    planner = CommandLadder(launch, command_ladder.load(args.ladder), settings) if args.ladder else Planner(launch)
+    if args.ladder:
+        from trainbox.supervise import command_ladder  # pydantic: imported only where used (module doc)
+
+        planner: Planner = command_ladder.CommandLadder(launch, command_ladder.load(args.ladder), settings)
+    else:
+        planner = Planner(launch)
     return Supervisor(_spec(args, planner, settings)).run()
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trainbox.yolo import profiles
     from trainbox.yolo.args import validate_overrides
     from trainbox.yolo.ladder import ProfileLadder
 
@@ -198,6 +206,7 @@ def _demo_data(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """``run`` on the demo dataset, written into the run directory, with the demo's arguments under the user's."""
+    from trainbox.yolo import profiles
     from trainbox.yolo.args import check_pairs
 
     given = check_pairs(args.overrides)  # bad input is refused before the dataset is written, as by `run`

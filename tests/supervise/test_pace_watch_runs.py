@@ -60,12 +60,20 @@ LOADER_CHANGE_STEP = CHANGE_STEP + 300
 #: machine at a load of 20: three in the test's own session slowed a pinned CPU-bound loop 1.4x, three in sessions
 #: of their own at nice -10 3.7x.
 HOGS, HOG_NICE = 3, -10
-#: How long the busy processes run: the slowdown is flagged within a minute, and a restart would come 10 s later.
+#: How long the busy processes run at most: the slowdown is flagged within a minute, and a restart would come 10 s
+#: later. The run (and with it the busy processes) ends sooner, RESTART_WINDOW_S after its ``slow`` event.
 HOG_S = 75.0
+#: ``--slow-restart-after`` of the runs with ``--on-slow restart``, and how long after a ``slow`` event the contention
+#: run goes on: long enough that a restart for contention, wrongly decided, would have come.
+SLOW_RESTART_AFTER_S = 10
+RESTART_WINDOW_S = SLOW_RESTART_AFTER_S + 5.0
 #: The memory run's cgroup: its 256 MiB dataset and 640 MiB of leak do not fit, the dataset alone does.
 MEMORY_LIMIT = 768 * 2**20
 #: No run takes longer than this.
 LIMIT_S = 420.0
+#: The open-ended runs' steps: more than they take within LIMIT_S (steps of 0.1 s at most), and few enough that a run
+#: whose test was killed (its runs are sessions of their own, out of reach of the worker's end) ends within the limit.
+OPEN_ENDED_STEPS = str(int(LIMIT_S / 0.1))
 #: The programs of the uninstrumented tests, and the folder that arms the ``output`` fault site in them.
 PROGRAMS = REPO / "tests" / "fixtures" / "output" / "programs"
 ARMS_OUTPUT = REPO / "tests" / "fixtures" / "uninstrumented"
@@ -98,6 +106,11 @@ def _recovered(run_dir: Path) -> bool:
     return any(e["event"] == "recovered" for e in read_events(run_dir))
 
 
+def _restart_window_passed(run_dir: Path) -> bool:
+    """The run was flagged slow and a restart for it would have come by now."""
+    return any(e["event"] == "slow" and time.time() - e["ts"] >= RESTART_WINDOW_S for e in read_events(run_dir))
+
+
 def scenarios(cgroup: Path) -> Dict[str, Scenario]:
     steps = ["--interval", "0.1", "--jitter", "0.3"]
     # In the memory cgroup, resumable from a file in its run directory (which only the child's TRAIN_RUN_DIR names).
@@ -109,8 +122,9 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
             Scenario("three_x", faulty_child("--steps", "1300", *steps), f"slow@step,step>={CHANGE_STEP}"),
             Scenario(
                 "contention",
-                ["taskset", "-c", "0", *faulty_child("--steps", "100000", "--interval", "0.05", "--work", "0.05")],
-                options=["--on-slow", "restart", "--slow-restart-after", "10"],
+                ["taskset", "-c", "0", *faulty_child("--steps", OPEN_ENDED_STEPS, "--interval", "0.05", "--work", "0.05")],
+                options=["--on-slow", "restart", "--slow-restart-after", str(SLOW_RESTART_AFTER_S)],
+                enough=_restart_window_passed,
             ),
             Scenario(
                 "loader",
@@ -122,9 +136,9 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
             ),
             Scenario(
                 "memory",
-                [*in_cgroup, *faulty_child("--steps", "100000", *steps, "--dataset-mb", "256")],
+                [*in_cgroup, *faulty_child("--steps", OPEN_ENDED_STEPS, *steps, "--dataset-mb", "256")],
                 f"leak@step,attempt=0,step>={CHANGE_STEP},step<{CHANGE_STEP + 20}",
-                options=["--on-slow", "restart", "--slow-restart-after", "10"],
+                options=["--on-slow", "restart", "--slow-restart-after", str(SLOW_RESTART_AFTER_S)],
                 enough=_recovered,
             ),
             Scenario(
@@ -153,7 +167,9 @@ def _start(scenario: Scenario, base: Path) -> None:
 @contextlib.contextmanager
 def hogs_on_cpu0(count: int) -> Iterator[List[int]]:
     """``count`` busy Python processes outside any run, pinned to CPU 0, each its own session at nice HOG_NICE."""
-    spin = ["nice", "-n", str(HOG_NICE), "taskset", "-c", "0", sys.executable, "-c", "while True: pass"]
+    # Busy for HOG_S and a margin, then gone: a killed test cannot leave them burning CPU 0 for the rest of the suite.
+    busy_loop = f"import time\nend = time.monotonic() + {HOG_S + 30}\nwhile time.monotonic() < end: pass"
+    spin = ["nice", "-n", str(HOG_NICE), "taskset", "-c", "0", sys.executable, "-c", busy_loop]
     busy = [subprocess.Popen(spin, start_new_session=True) for _ in range(count)]
     try:
         time.sleep(0.2)  # nice and taskset have exec'd python
@@ -172,13 +188,17 @@ def _run_all(runs: Dict[str, Scenario], base: Path) -> None:
     for scenario in runs.values():
         _start(scenario, base)
     contention = runs["contention"]
-    with contextlib.ExitStack() as stack:
+    # The busy processes end with the contention run: left to the end of the longest run they burnt CPU 0 for two
+    # more minutes, beside the other runs' timings and the rest of the suite.
+    with contextlib.ExitStack() as hogs:
         while any(s.code is None for s in runs.values()) and time.monotonic() - started < LIMIT_S:
             elapsed = time.monotonic() - started
             if not contention.hogs and elapsed >= PACE_S:
-                contention.hogs = stack.enter_context(hogs_on_cpu0(HOGS))
+                contention.hogs = hogs.enter_context(hogs_on_cpu0(HOGS))
             if contention.hogs and elapsed >= PACE_S + HOG_S and contention.code is None and contention.process:
                 contention.process.send_signal(signal.SIGTERM)
+            if contention.code is not None:
+                hogs.close()
             for scenario in runs.values():
                 assert scenario.process is not None
                 scenario.code = scenario.process.poll()

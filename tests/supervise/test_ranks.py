@@ -205,9 +205,21 @@ def test_a_rank_that_raises_is_named_in_the_crash_event(tmp_path: Path) -> None:
     crash = result.of("crash")[0]
     assert crash["code"] == 1, "torchrun's own status when a rank failed"
     failure = crash["rank_failure"]
-    assert failure["rank"] == 1 and failure["local_rank"] == 1 and failure["exitcode"] == 1, failure
-    assert failure["error"] == "RuntimeError: trainbox fault: injected exception", "from the error file @record wrote"
+    assert failure["rank"] == 1 and failure["error"] == "RuntimeError: trainbox fault: injected exception", failure
+    if "exitcode" in failure:  # torchrun's summary; without it torchrun failed itself (see ranks.failure)
+        assert failure["local_rank"] == 1 and failure["exitcode"] == 1, failure
     assert RunDir(tmp_path).rank_error(0).exists()
+
+
+def test_a_torchrun_that_failed_itself_still_names_the_rank_from_its_traceback() -> None:
+    """Recorded here under load (the test above, one run in many): rank 1 raised, torchrun ended rank 0 and then read
+    rank 0's error file while it was still empty, raised JSONDecodeError and printed no summary; its error file holds
+    that JSONDecodeError. The rank and its exception are the ones its traceback in the output names."""
+    recorded = REPO / "tests" / "fixtures" / "torchrun" / "failed_itself"
+    output = (recorded / "output.log").read_text()
+    assert "Root Cause" not in output and "JSONDecodeError" in (recorded / "torchrun-error.json").read_text()
+    found = ranks.failure(recorded / "torchrun-error.json", output)
+    assert found == {"rank": 1, "error": "RuntimeError: trainbox fault: injected exception"}
 
 
 @pytest.mark.parametrize("kind, exitcode", [("crash", 3), ("sigkill", -9)])

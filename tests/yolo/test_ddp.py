@@ -59,12 +59,17 @@ PROBE = """
     from trainbox.yolo import offline as _offline
     _heartbeat.beat("setup", force=True)
     _names = {e: [getattr(f, "__qualname__", "") for f in fs] for e, fs in trainer.callbacks.items()}
-    print("PROBE " + _json.dumps({
+    _line = "PROBE " + _json.dumps({
         "rank": int(_os.environ["RANK"]), "class": type(trainer).__name__, "settings": _os.environ["TRAIN_RUN_SETTINGS"],
         "workers": trainer.args.workers, "start_method": trainer.settings.multiprocessing_context,
         "offline": _os.environ.get("YOLO_OFFLINE"), "guard": str(_offline._guard_log),
         "batch_end": [n for n in _names["on_train_batch_end"] if n.startswith(("TrainingBeats", "MidEpoch"))],
-    }), flush=True)
+    }) + "\\n"
+    # One write of the whole line: both ranks share the pipe, and print() under PYTHONUNBUFFERED writes the text and
+    # its newline apart, so the two ranks' lines could interleave ("PROBE {...}PROBE {...}"). A write of under
+    # PIPE_BUF bytes (4096 on Linux) to a pipe is atomic.
+    assert len(_line.encode()) < 4096
+    _os.write(1, _line.encode())
 """
 
 

@@ -263,16 +263,44 @@ MAX_ERROR_FILE_BYTES = 1 << 20
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(-?\d+) \(local_rank: (-?\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 
 
+#: A line of a rank's output as torchrun prefixes it: ``[rank1]: RuntimeError: ...``.
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]: (.*)$")
+
+
+def rank_traceback(output_tail: str) -> Optional[Tuple[int, str]]:
+    """The first rank whose traceback the output shows, and the traceback's last line (its exception); None if none."""
+    last_lines: Dict[int, Optional[str]] = {}  # rank -> its traceback's last unindented line; ranks in order seen
+    for line in output_tail.splitlines():
+        match = _RANK_LINE.match(line)
+        if not match:
+            continue
+        rank, said = int(match.group(1)), match.group(2)
+        if said.startswith("Traceback (most recent call last)"):
+            last_lines.setdefault(rank, None)
+        elif rank in last_lines and said and not said[0].isspace():
+            last_lines[rank] = said
+    return next(((rank, said) for rank, said in last_lines.items() if said), None)
+
+
 def failure(error_file: Path, output_tail: str) -> Optional[Dict[str, Any]]:
     """Which rank failed first and how: from torchrun's summary in the output and its error file; None if neither.
 
     ``exitcode`` is negative for a signal (``-9``: SIGKILL). ``error`` is the
     rank's exception as ``@record`` wrote it (None when its entry point has no ``@record``).
+
+    torchrun prints its summary and copies the failed rank's error file into its own once it has read them all; when it
+    fails first itself (seen under load: it read a rank's error file that the rank, ended by torchrun, had only begun to
+    write, and raised JSONDecodeError), its error file holds its own exception and there is no summary. The rank and
+    its exception then come from the rank's traceback in the output, which torchrun prefixes with ``[rankN]:``.
     """
     found: Dict[str, Any] = {}
     match = _ROOT_CAUSE.search(output_tail)
     if match:
         found.update(rank=int(match.group(1)), local_rank=int(match.group(2)), exitcode=int(match.group(3)))
+    else:
+        traced = rank_traceback(output_tail)
+        if traced:
+            return {"rank": traced[0], "error": traced[1]}
     files, name = files_of(error_file)
     record, _ = read_record(files, name, MAX_ERROR_FILE_BYTES, TORCHRUN_ERROR)
     message = (record or {}).get("message")
