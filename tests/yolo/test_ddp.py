@@ -68,8 +68,9 @@ PROBE = """
     # One write of the whole line: both ranks share the pipe, and print() under PYTHONUNBUFFERED writes the text and
     # its newline apart, so the two ranks' lines could interleave ("PROBE {...}PROBE {...}"). A write of under
     # PIPE_BUF bytes (4096 on Linux) to a pipe is atomic.
-    assert len(_line.encode()) < 4096
-    _os.write(1, _line.encode())
+    _bytes = _line.encode()
+    assert len(_bytes) < 4096
+    _os.write(1, _bytes)
 """
 
 
