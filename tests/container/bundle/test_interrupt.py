@@ -5,28 +5,41 @@ itself: the temp file's size, the bundle's read offset), signalled the way a
 terminal does (the whole process group), with SIGINT inherited ignored or
 not. Disk use stays bounded: a stopped bundle's temp file is a few hundred
 MB at most and is removed. Issue #22.
+
+The bundles stopped here are of a small image (:func:`small_checkout`), the restores of the session's real bundle.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import docker
 import pytest
 
-from tests.container.bundle.conftest import TEST_TAG, build_environment
+from tests.container.bundle.conftest import ROOT, TEST_TAG, build_environment
 from tests.container.bundle.engine2 import SecondEngine
 from tests.container.bundle.test_bundle import has_image, remove_from
+from tests.container.conftest import build_context
 from tests.invoked import Invoked, last_line
 from trainbox.atomic import atomic_writer, remove_stale_temps
+from trainbox.container import bundle
 
-#: Bytes a stream must have moved before the signal: well inside the save/verify/load of the 4 GB image.
+#: Bytes a stream must have moved before the signal: well inside the save of the small image (about 890 MB) and the
+#: verify/load of the 4 GB one.
 UNDER_WAY = 64 << 20
+#: The image the stopped bundles save: the CPU image's own layers up to its Python (Debian 11, python3.9 and /opt/venv
+#: with pip: what the fingerprint probe runs), the flavor label, and PADDING_MIB of random bytes where the CPU image
+#: has 3.9 GB of packages. Stopping a stream needs a stream that lasts, not torch; and dockerd 20.10 writes a whole
+#: image to a temporary folder before `docker save` sends its first byte, so each bundle of the 4 GB image, stopped or
+#: not, cost about 37 CPU-s and as many seconds (five bundle starts here: measured alone on 2 cores).
+SMALL_TAG = "trainbox-interrupttest:cpu"
+PADDING_MIB = 768
 #: From the signal to the process's exit: the issue's 2 s, with room for a machine shared with other builds.
 STOP_WITHIN_S = 5.0
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
@@ -36,6 +49,25 @@ NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 def env(engine1: docker.APIClient, cpu_image: str) -> Dict[str, str]:
     with build_environment():
         return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+@pytest.fixture(scope="module")
+def small_checkout(engine1: docker.APIClient, cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A copy of the checkout (build context and tasks.py) whose cpu service's image is SMALL_TAG, built here."""
+    python_layer = next((e["Id"] for e in engine1.history(cpu_image) if "-m venv /opt/venv" in e["CreatedBy"]), "<missing>")
+    if python_layer == "<missing>":  # an image loaded, not built here, has no intermediate images
+        pytest.fail(f"{TEST_TAG} has no intermediate image for its Python layer: build it here", pytrace=False)
+    dockerfile = f"FROM {python_layer}\nRUN head -c {PADDING_MIB}M /dev/urandom > /opt/padding\nLABEL {bundle.FLAVOR_LABEL}=cpu\n"
+    built = engine1.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SMALL_TAG, network_mode="none", rm=True, decode=True)
+    errors = [chunk["error"] for chunk in built if "error" in chunk]
+    assert not errors, errors
+    root = build_context(tmp_path_factory.mktemp("interrupt-checkout"))
+    (root / "tasks.py").write_bytes((ROOT / "tasks.py").read_bytes())
+    compose = (ROOT / "compose.yaml").read_text()
+    assert compose.count("image: trainbox:cpu\n") == 1
+    (root / "compose.yaml").write_text(compose.replace("image: trainbox:cpu\n", f"image: {SMALL_TAG}\n"))
+    yield root
+    engine1.remove_image(SMALL_TAG, force=True)
 
 
 def temp_files(directory: Path, name: str) -> List[Path]:
@@ -73,10 +105,10 @@ CASES = [
 ]
 
 
-def start_bundle(out: Path, env: Dict[str, str], sigint_ignored: bool = True) -> Invoked:
-    """``invoke bundle OUT``, once its own temp file (not one left by an earlier run) has grown."""
+def start_bundle(out: Path, env: Dict[str, str], checkout: Path, sigint_ignored: bool = True) -> Invoked:
+    """``invoke bundle OUT`` in ``checkout``, once its own temp file (not one left by an earlier run) has grown."""
     earlier = set(temp_files(out.parent, out.name))
-    invoked = Invoked(["bundle", str(out), "--flavor", "cpu"], env, sigint_ignored=sigint_ignored)
+    invoked = Invoked(["bundle", str(out), "--flavor", "cpu"], env, sigint_ignored=sigint_ignored, cwd=checkout)
 
     def under_way() -> bool:
         return any(path.stat().st_size > UNDER_WAY for path in set(temp_files(out.parent, out.name)) - earlier)
@@ -87,10 +119,10 @@ def start_bundle(out: Path, env: Dict[str, str], sigint_ignored: bool = True) ->
 
 @pytest.mark.parametrize("signum, sigint_ignored, twice", CASES)
 def test_stopped_bundle_leaves_no_file(
-    env: Dict[str, str], tmp_path: Path, signum: int, sigint_ignored: bool, twice: bool
+    env: Dict[str, str], small_checkout: Path, tmp_path: Path, signum: int, sigint_ignored: bool, twice: bool
 ) -> None:
     out = tmp_path / "b.tar"
-    invoked = start_bundle(out, env, sigint_ignored)
+    invoked = start_bundle(out, env, small_checkout, sigint_ignored)
     took = stop(invoked, signum, twice)
     assert invoked.process.returncode == 128 + signum, invoked.output[-2000:]
     assert took < STOP_WITHIN_S, took
@@ -98,16 +130,16 @@ def test_stopped_bundle_leaves_no_file(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_next_bundle_removes_what_a_killed_one_left(env: Dict[str, str], tmp_path: Path) -> None:
+def test_next_bundle_removes_what_a_killed_one_left(env: Dict[str, str], small_checkout: Path, tmp_path: Path) -> None:
     """SIGKILL cannot be handled: the temp file stays. The next bundle to the same path knows it as a dead one's."""
     out = tmp_path / "b.tar"
-    killed = start_bundle(out, env)
+    killed = start_bundle(out, env, small_checkout)
     killed.interrupt(signal.SIGKILL)
     assert killed.finish(timeout=60) == -signal.SIGKILL
     (left,) = temp_files(tmp_path, out.name)
     unrelated = tmp_path / ".b.tar.notmine.tmp"  # not a name atomic_writer gives: not the bundle's
     unrelated.write_text("someone else's")
-    again = start_bundle(out, env)
+    again = start_bundle(out, env, small_checkout)
     assert not left.exists()
     took = stop(again, signal.SIGINT)
     assert again.process.returncode == 130 and took < STOP_WITHIN_S, again.output[-2000:]
