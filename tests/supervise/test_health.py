@@ -62,6 +62,12 @@ def test_a_supervisor_past_its_promise_is_hung_with_the_evidence() -> None:
     assert (found.age_s, found.hung_after_s) == (75.0, 60.0)
 
 
+def test_the_age_of_a_hang_just_past_its_bound_is_past_it() -> None:
+    """Found 0.04 s past the bound (a health check right after it): the evidence reads 60.1 s, not 60.0 > 60."""
+    found = hung(state(updated_ts=NOW - 60.04), NOW, True)
+    assert found is not None and found.age_s > found.hung_after_s == 60.0, found
+
+
 def test_declared_quiet_work_extends_the_promise() -> None:
     """Ending a tree with a long grace: state.json is not written, but the supervisor said so beforehand."""
     quiet = state(updated_ts=NOW - 200, quiet_until_ts=NOW - 30)

@@ -156,7 +156,9 @@ def test_a_lightning_fit_is_not_killed_while_its_bar_moves(tmp_path: Path) -> No
     assert result.code == ExitCode.OK, result.stderr
     assert result.kinds() == ["start", "exit"]
     samples = progress_samples(tmp_path)
-    assert samples[-1]["ts"] - samples[0]["ts"] > LIGHTNING_STALL_S, "the bar alone kept it alive past the stall budget"
+    assert samples[-1]["ts"] - samples[0]["ts"] > LIGHTNING_STALL_S, (
+        f"the bar moved for less than the {LIGHTNING_STALL_S} s budget: it proves nothing"
+    )
     phases = {(s.get("phase"), s.get("epoch")) for s in samples}
     # Sampled every few seconds and at phase changes: on a loaded machine a short epoch's train phase can fall between
     # two samples (once in CI, epoch 2's), so the test asks for the first epoch, a later one, and validation.

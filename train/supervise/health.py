@@ -39,6 +39,7 @@ is none (the kill matters more).
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -92,7 +93,8 @@ def hung(state: Mapping[str, Any], now: float, same_process: bool) -> Optional[H
         session=state.get("session") or int(time.strftime("%Y%m%d%H%M%S", time.gmtime(updated))),
         attempt=state.get("attempt") or 0,
         state=phase.value,
-        age_s=round(now - updated, 1),
+        # Rounded up: a hang found 10.04 s after the update under a 10 s bound is 10.1 s old, never "10.0 > 10".
+        age_s=math.ceil((now - updated) * 10) / 10,
         hung_after_s=_bound(state),
         quiet_until_ts=state.get("quiet_until_ts"),
     )
@@ -221,5 +223,5 @@ def end(run: RunDir, hang: Hang, tell: Notify = Notify()) -> str:
         return f"supervisor pid {hang.pid} hung (state not updated for {hang.age_s:.0f} s) but cannot be killed: {exc.strerror}"
     return (
         f"supervisor pid {hang.pid} hung (state {kernel['state']}, wchan {kernel['wchan']}; state.json not updated for "
-        f"{hang.age_s:.0f} s > {hang.hung_after_s:.0f} s): killed; its stacks are in {incident or 'no report (disk full?)'}"
+        f"{hang.age_s:.1f} s > {hang.hung_after_s:g} s): killed; its stacks are in {incident or 'no report (disk full?)'}"
     )

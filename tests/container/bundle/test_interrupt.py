@@ -25,21 +25,24 @@ import pytest
 from tests.container.bundle.conftest import ROOT, TEST_TAG, build_environment
 from tests.container.bundle.engine2 import SecondEngine
 from tests.container.bundle.test_bundle import has_image, remove_from
-from tests.container.conftest import build_context
+from tests.container.conftest import build_context, removed_after_unless_kept
 from tests.invoked import Invoked, last_line
 from trainbox.atomic import atomic_writer, remove_stale_temps
-from trainbox.container import bundle
+from trainbox.container import bundle, fingerprint
 
-#: Bytes a stream must have moved before the signal: well inside the save of the small image (about 890 MB) and the
-#: verify/load of the 4 GB one.
+#: Bytes a restore's stream must have read before the signal: well inside the verify and the load of the 4 GB image.
 UNDER_WAY = 64 << 20
 #: The image the stopped bundles save: the CPU image's own layers up to its Python (Debian 11, python3.9 and /opt/venv
-#: with pip: what the fingerprint probe runs), the flavor label, and PADDING_MIB of random bytes where the CPU image
-#: has 3.9 GB of packages. Stopping a stream needs a stream that lasts, not torch; and dockerd 20.10 writes a whole
-#: image to a temporary folder before `docker save` sends its first byte, so each bundle of the 4 GB image, stopped or
-#: not, cost about 37 CPU-s and as many seconds (five bundle starts here: measured alone on 2 cores).
+#: with pip: what the fingerprint probe runs), the flavor label, and PADDING_MIB of zeros where the CPU image has
+#: 3.9 GB of packages (nothing on the way compresses). Stopping a stream needs a stream that lasts, not torch; and
+#: dockerd 20.10 writes a whole image to a temporary folder before `docker save` sends its first byte, so each of the
+#: six bundle starts here cost about 37 CPU-s and as many seconds with the 4 GB image, 11 with this one (measured
+#: alone on 2 cores).
 SMALL_TAG = "trainbox-interrupttest:cpu"
 PADDING_MIB = 768
+#: Bytes a bundle's temp file must have before the signal: the stream has begun, and about 870 MB of it are still to
+#: come, which takes the bundle (sha256 and a write per MiB) seconds, where the signal follows within a 0.1 s poll.
+BUNDLE_UNDER_WAY = 16 << 20
 #: From the signal to the process's exit: the issue's 2 s, with room for a machine shared with other builds.
 STOP_WITHIN_S = 5.0
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
@@ -54,20 +57,31 @@ def env(engine1: docker.APIClient, cpu_image: str) -> Dict[str, str]:
 @pytest.fixture(scope="module")
 def small_checkout(engine1: docker.APIClient, cpu_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A copy of the checkout (build context and tasks.py) whose cpu service's image is SMALL_TAG, built here."""
-    python_layer = next((e["Id"] for e in engine1.history(cpu_image) if "-m venv /opt/venv" in e["CreatedBy"]), "<missing>")
-    if python_layer == "<missing>":  # an image loaded, not built here, has no intermediate images
-        pytest.fail(f"{TEST_TAG} has no intermediate image for its Python layer: build it here", pytrace=False)
-    dockerfile = f"FROM {python_layer}\nRUN head -c {PADDING_MIB}M /dev/urandom > /opt/padding\nLABEL {bundle.FLAVOR_LABEL}=cpu\n"
-    built = engine1.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SMALL_TAG, network_mode="none", rm=True, decode=True)
+    with removed_after_unless_kept(engine1, SMALL_TAG):
+        build_small_image(engine1, cpu_image)
+        root = build_context(tmp_path_factory.mktemp("interrupt-checkout"))
+        (root / "tasks.py").write_bytes((ROOT / "tasks.py").read_bytes())
+        compose = (ROOT / "compose.yaml").read_text()
+        assert compose.count("image: trainbox:cpu\n") == 1
+        (root / "compose.yaml").write_text(compose.replace("image: trainbox:cpu\n", f"image: {SMALL_TAG}\n"))
+        assert fingerprint.image_ref("cpu", root) == SMALL_TAG
+        yield root
+
+
+def build_small_image(engine1: docker.APIClient, cpu_image: str) -> None:
+    """SMALL_TAG, on the intermediate image of the CPU image's Python layer (the apt-get RUN that makes /opt/venv)."""
+    python_layers = [e["Id"] for e in engine1.history(cpu_image) if "-m venv /opt/venv" in e["CreatedBy"]]
+    if len(python_layers) != 1:
+        pytest.fail(f"no single layer of {TEST_TAG} makes /opt/venv: Dockerfile.cpu changed", pytrace=False)
+    if python_layers[0] == "<missing>":  # an image loaded, not built on this engine, has no intermediate images
+        pytest.fail(f"{TEST_TAG} was not built here: `docker rmi trainbox:cpu` and run the tests again", pytrace=False)
+    padding = f"RUN head -c {PADDING_MIB}M /dev/zero > /opt/padding"
+    dockerfile = f"FROM {python_layers[0]}\n{padding}\nLABEL {bundle.FLAVOR_LABEL}=cpu\n"
+    built = engine1.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=SMALL_TAG, network_mode="none", rm=True, forcerm=True, decode=True
+    )
     errors = [chunk["error"] for chunk in built if "error" in chunk]
     assert not errors, errors
-    root = build_context(tmp_path_factory.mktemp("interrupt-checkout"))
-    (root / "tasks.py").write_bytes((ROOT / "tasks.py").read_bytes())
-    compose = (ROOT / "compose.yaml").read_text()
-    assert compose.count("image: trainbox:cpu\n") == 1
-    (root / "compose.yaml").write_text(compose.replace("image: trainbox:cpu\n", f"image: {SMALL_TAG}\n"))
-    yield root
-    engine1.remove_image(SMALL_TAG, force=True)
 
 
 def temp_files(directory: Path, name: str) -> List[Path]:
@@ -111,7 +125,7 @@ def start_bundle(out: Path, env: Dict[str, str], checkout: Path, sigint_ignored:
     invoked = Invoked(["bundle", str(out), "--flavor", "cpu"], env, sigint_ignored=sigint_ignored, cwd=checkout)
 
     def under_way() -> bool:
-        return any(path.stat().st_size > UNDER_WAY for path in set(temp_files(out.parent, out.name)) - earlier)
+        return any(path.stat().st_size > BUNDLE_UNDER_WAY for path in set(temp_files(out.parent, out.name)) - earlier)
 
     invoked.wait_until(under_way, "the save under way")
     return invoked
@@ -124,6 +138,7 @@ def test_stopped_bundle_leaves_no_file(
     out = tmp_path / "b.tar"
     invoked = start_bundle(out, env, small_checkout, sigint_ignored)
     took = stop(invoked, signum, twice)
+    assert invoked.process.returncode != 0, f"the bundle was written before the signal came:\n{invoked.output[-2000:]}"
     assert invoked.process.returncode == 128 + signum, invoked.output[-2000:]
     assert took < STOP_WITHIN_S, took
     assert last_line(invoked.output) == f"invoke bundle: stopped writing {out} (its temporary file is removed) ({NAMES[signum]})"
