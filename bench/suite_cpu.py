@@ -69,20 +69,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def summarize(records: List[Dict[str, Any]], top: int) -> Dict[str, Any]:
-    by_file: Dict[str, float] = defaultdict(float)
-    by_file_machine: Dict[str, float] = defaultdict(float)
+    by_file: Dict[str, List[float]] = defaultdict(lambda: [0.0, 0.0])  # file -> [its tests' CPU-s, machine CPU-s]
     for record in records:
         record["cpu_s"] = round(record["self_cpu_s"] + record["children_cpu_s"], 3)
-        by_file[record["test"].split("::")[0]] += record["cpu_s"]
-        by_file_machine[record["test"].split("::")[0]] += record["machine_cpu_s"]
-    total = sum(r["cpu_s"] for r in records)
+        totals = by_file[record["test"].split("::")[0]]
+        totals[0] += record["cpu_s"]
+        totals[1] += record["machine_cpu_s"]
+    files = [[name, round(cpu, 1), round(machine, 1)] for name, (cpu, machine) in by_file.items()]
     return {
         "tests": len(records),
-        "cpu_s": round(total, 1),
-        "by_file": sorted(([f, round(s, 1)] for f, s in by_file.items()), key=lambda pair: -pair[1])[:top],
+        "cpu_s": round(sum(r["cpu_s"] for r in records), 1),
+        # [file, CPU-s, machine CPU-s]: a Docker test spends its CPU in dockerd and its containers, which only the
+        # machine's figure shows (alone, -n 0).
+        "by_file": sorted(files, key=lambda row: -row[1])[:top],
+        "by_file_machine": sorted(files, key=lambda row: -row[2])[:top],
         "by_test": sorted(records, key=lambda r: -r["cpu_s"])[:top],
-        # A Docker test spends its CPU in dockerd and its containers: these lists show it (alone, -n 0).
-        "by_file_machine": sorted(([f, round(s, 1)] for f, s in by_file_machine.items()), key=lambda pair: -pair[1])[:top],
         "by_test_machine": sorted(records, key=lambda r: -r["machine_cpu_s"])[:top],
     }
 
@@ -103,19 +104,16 @@ def main() -> int:
     result = {"marks": args.marks, "workers": args.workers, "wall_s": round(wall, 1), "exit": done.returncode}
     result.update(summarize(records, args.top))
     print(f"{result['tests']} tests, {result['cpu_s']} CPU-s in {result['wall_s']} s (exit {done.returncode})")
-    machine: Dict[str, float] = defaultdict(float)  # every file's, not only the top ones'
-    for record in records:
-        machine[record["test"].split("::")[0]] += record["machine_cpu_s"]
     print("  CPU-s  machine  file")
-    for name, seconds in result["by_file"]:
-        print(f"{seconds:7.1f}  {machine[name]:7.1f}  {name}")
+    for name, seconds, machine in result["by_file"]:
+        print(f"{seconds:7.1f}  {machine:7.1f}  {name}")
     if args.write:
         from common import write_results  # bench/common.py: this script's folder is on sys.path
 
         lines = [f"# Suite CPU: `-m \"{args.marks}\"`, -n {args.workers}", "",
                  f"{result['tests']} tests, {result['cpu_s']} CPU-s in {result['wall_s']} s (exit {done.returncode}).",
-                 "", "| CPU-s | file |", "|---:|---|"]  # fmt: skip
-        lines += [f"| {seconds:.1f} | `{name}` |" for name, seconds in result["by_file"]]
+                 "", "| CPU-s | machine CPU-s | file |", "|---:|---:|---|"]  # fmt: skip
+        lines += [f"| {seconds:.1f} | {machine:.1f} | `{name}` |" for name, seconds, machine in result["by_file"]]
         write_results("suite-cpu", result, "\n".join(lines) + "\n")
     return done.returncode
 

@@ -94,6 +94,13 @@ def build_context(target: Path) -> Path:
     return target
 
 
+def checkout_copy(target: Path) -> Path:
+    """A copy of the checkout that `invoke` runs in: the build context and tasks.py."""
+    build_context(target)
+    shutil.copy2(ROOT / "tasks.py", target / "tasks.py")
+    return target
+
+
 def build_once(flavor: str, root: Path = ROOT) -> Dict[str, object]:
     """Build (or bring up to date) trainbox:FLAVOR from ``root``; returns tag, seconds and log."""
     log = io.StringIO()

@@ -16,7 +16,6 @@ checkout's own .env for the CPU flavor.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, Iterator
@@ -28,12 +27,11 @@ from trainbox.container import compose, dotenv, envfiles, launch
 from .conftest import (
     FAST_SUPERVISOR,
     OWN_IMAGES,
-    ROOT,
     TEST_GID,
     TEST_UID,
     assert_checkpoint,
-    build_context,
     build_once,
+    checkout_copy,
     events,
     invoke,
     removed_after_unless_kept,
@@ -47,9 +45,7 @@ pytestmark = OWN_IMAGES
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This module's copy of the checkout: the build context and tasks.py."""
-    root = build_context(tmp_path_factory.mktemp("cuda-checkout"))
-    shutil.copy2(ROOT / "tasks.py", root / "tasks.py")
-    return root
+    return checkout_copy(tmp_path_factory.mktemp("cuda-checkout"))
 
 
 @pytest.fixture(scope="module")

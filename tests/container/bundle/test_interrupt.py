@@ -25,7 +25,7 @@ import pytest
 from tests.container.bundle.conftest import ROOT, TEST_TAG, build_environment
 from tests.container.bundle.engine2 import SecondEngine
 from tests.container.bundle.test_bundle import has_image, remove_from
-from tests.container.conftest import build_context, removed_after_unless_kept
+from tests.container.conftest import checkout_copy, removed_after_unless_kept
 from tests.invoked import Invoked, last_line
 from trainbox.atomic import atomic_writer, remove_stale_temps
 from trainbox.container import bundle, fingerprint
@@ -59,8 +59,7 @@ def small_checkout(engine1: docker.APIClient, cpu_image: str, tmp_path_factory: 
     """A copy of the checkout (build context and tasks.py) whose cpu service's image is SMALL_TAG, built here."""
     with removed_after_unless_kept(engine1, SMALL_TAG):
         build_small_image(engine1, cpu_image)
-        root = build_context(tmp_path_factory.mktemp("interrupt-checkout"))
-        (root / "tasks.py").write_bytes((ROOT / "tasks.py").read_bytes())
+        root = checkout_copy(tmp_path_factory.mktemp("interrupt-checkout"))
         compose = (ROOT / "compose.yaml").read_text()
         assert compose.count("image: trainbox:cpu\n") == 1
         (root / "compose.yaml").write_text(compose.replace("image: trainbox:cpu\n", f"image: {SMALL_TAG}\n"))
