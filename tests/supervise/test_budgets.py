@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainbox.supervise.budgets import MAX_DECLARED_S, Budget, BudgetPolicy
+from trainbox.supervise.budgets import MAX_DECLARED_S, Budget, BudgetPolicy, rounded_up
 
 
 def policy() -> BudgetPolicy:
@@ -31,3 +31,12 @@ def test_declared_timeouts_are_finite(declared: object, expected: Budget) -> Non
 
 def test_no_beat_yet_is_the_startup_budget() -> None:
     assert policy().current(None) == Budget("startup", 600.0)
+
+
+@pytest.mark.parametrize(
+    "seconds, places, recorded",
+    [(2.0004, 3, 2.001), (2.0, 3, 2.0), (10.04, 1, 10.1), (10.3, 1, 10.3), (10.0, 1, 10.0), (4.03, 3, 4.03), (0.0, 3, 0.0)],
+)
+def test_a_silence_past_its_bound_is_recorded_past_it(seconds: float, places: int, recorded: float) -> None:
+    """2.0004 s past a 2 s budget reads 2.001, not 2.0; a value already on the step stays, float noise (4.03) included."""
+    assert rounded_up(seconds, places) == recorded

@@ -23,6 +23,7 @@ the attempt's ``Launch``, both validated before a policy is made.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -80,3 +81,14 @@ class BudgetPolicy:
         if learned is not None:
             return Budget(f"learned:{phase}", learned)
         return Budget("stall", self.stall_s)
+
+
+def rounded_up(seconds: float, places: int) -> float:
+    """``seconds`` rounded up to ``places`` decimals: how a silence or an age found past its bound is recorded.
+
+    Rounded to the nearest, 2.0004 s found past a 2 s bound would read 2.0, no longer than the bound (a stall event
+    and a hung supervisor's age both did). The product is rounded to 6 decimals first, so that float noise
+    (4.03 * 1000 = 4030.0000000000005) does not add a step.
+    """
+    scale = 10**places
+    return math.ceil(round(seconds * scale, 6)) / scale

@@ -39,7 +39,6 @@ is none (the kill matters more).
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
@@ -55,6 +54,7 @@ from trainbox.rundir import state as state_file
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State, state_of
 from trainbox.supervise import notify, watchdog
+from trainbox.supervise.budgets import rounded_up
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import HUNG_AFTER
 from trainbox.system import proctree
@@ -94,7 +94,7 @@ def hung(state: Mapping[str, Any], now: float, same_process: bool) -> Optional[H
         attempt=state.get("attempt") or 0,
         state=phase.value,
         # Rounded up: a hang found 10.04 s after the update under a 10 s bound is 10.1 s old, never "10.0 > 10".
-        age_s=math.ceil((now - updated) * 10) / 10,
+        age_s=rounded_up(now - updated, 1),
         hung_after_s=_bound(state),
         quiet_until_ts=state.get("quiet_until_ts"),
     )

@@ -13,7 +13,6 @@ written is not a stall: an exit status 0 then is a success.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
@@ -23,7 +22,7 @@ from trainbox.errors import Stuck, say
 from trainbox.rundir.state import State
 from trainbox.supervise import policy
 from trainbox.supervise.attempt import Attempt, stuck_result
-from trainbox.supervise.budgets import Budget
+from trainbox.supervise.budgets import Budget, rounded_up
 from trainbox.supervise.policy import Outcome, OutcomeKind
 from trainbox.supervise.silence import Call, stall_line
 
@@ -95,9 +94,7 @@ def examine(attempt: Attempt, outcome: Outcome, budget: Budget, call: Call, sile
         "profile": attempt.launch.profile,
         "budget": budget.name,
         "budget_s": call.budget_s,
-        # Rounded up: a stall is called when the silence exceeds the budget, and 2.0004 s rounded would read "2.0",
-        # no longer than a 2 s budget (a fresh-clone run's test failed on exactly that).
-        "silent_s": math.ceil(silent_s * 1000) / 1000,
+        "silent_s": rounded_up(silent_s, 3),  # called because it exceeds the budget: recorded so
         "phase": phase,
     }
     detected = time.monotonic()
