@@ -13,6 +13,7 @@ from trainbox.supervise.silence import (
     Look,
     Rule,
     SilenceWatch,
+    extension,
     judge,
     sampling_due,
     sampling_interval,
@@ -133,3 +134,11 @@ def test_the_window_is_the_judged_silences_not_any_ranks() -> None:
     assert watch.ended == 2
     watch.judging(None, 0.0)
     assert watch.ended == 3, "a single process: its beat ends its silence, as before"
+
+
+def test_an_extension_records_its_silence_past_the_budget_it_passed() -> None:
+    """Extended because 4.0004 s passed a 4 s budget: the event reads 4.001 s, never the budget itself."""
+    budget = Budget("stall", 4.0)
+    (call,) = script([(4.0004, 1.0, CC)], budget)
+    assert call.action is Action.EXTEND
+    assert extension(budget, call, 4.0004)["silent_s"] == 4.001

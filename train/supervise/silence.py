@@ -33,7 +33,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from trainbox.diagnose import causes, evidence
 from trainbox.diagnose.window import Window
-from trainbox.supervise.budgets import Budget
+from trainbox.supervise.budgets import Budget, rounded_up
 from trainbox.system import proctree
 
 
@@ -193,7 +193,7 @@ def extension(budget: Budget, call: Call, silent_s: float) -> Dict[str, Any]:
         "cause": causes.Cause.KERNEL_COMPILE.value,
         "budget": budget.name,
         "budget_s": round(call.budget_s, 3),
-        "silent_s": round(silent_s, 3),
+        "silent_s": rounded_up(silent_s, 3),  # extended because it passed the budget granted so far: recorded so
         "evidence": list(call.evidence),
     }
 
