@@ -85,15 +85,16 @@ YOLO_KINDS = {
 MEASURED_DATA = ("--train", "32", "--val", "8", "--imgsz", "64")
 BACKOFF_S = 0.5
 GRACE_S = 2.0
-#: Uninstrumented commands and where they hang: (command, fault, budgets; None: ``--budget``). The tqdm loop's 21st
-#: line end is step 20's draw; Ultralytics' 52nd falls in its first epoch's bar (tests/yolo/test_uninstrumented.py).
+#: Uninstrumented commands and where they hang: (command, the fault's environment, budgets; None: ``--budget``). The
+#: tqdm loop's 21st line end is step 20's draw; Ultralytics' hang is placed by the text of its first epoch's bar
+#: (tests/yolo/test_uninstrumented.py says why).
 #: ``yolo train`` has stretches without a counter (stripping the optimizer, fusing the model for its final
 #: validation: over 10 s on 2 busy cores), so its stall budget is long and its idle hang is found by the idle rule.
 UNINSTRUMENTED = {
-    "tqdm loop, hung at step 20": ("tqdm", "sleep@output,attempt=0,lines>=21", ["--startup-timeout", "30"]),
+    "tqdm loop, hung at step 20": ("tqdm", {"TRAIN_FAULT": "sleep@output,attempt=0,lines>=21"}, ["--startup-timeout", "30"]),
     "yolo train, hung in epoch 1": (
         "yolo",
-        "sleep@output,attempt=0,lines>=52",
+        {"TRAIN_FAULT": "sleep@output,attempt=0,seen>=1", "TRAIN_FAULT_TEXT": "1/2  "},
         ["--startup-timeout", "120", "--stall-timeout", "60", "--idle-timeout", "10"],
     ),
 }
@@ -176,7 +177,7 @@ def measure_uninstrumented(label: str, budget: float) -> Dict[str, float]:
         run_dir = work / "run"
         args = ["supervise", "--run-dir", str(run_dir), "--stall-timeout", str(budget), *budgets]
         args += ["--grace", str(GRACE_S), "--backoff", str(BACKOFF_S)]
-        env = {"TRAIN_FAULT": fault, "PYTHONPATH": str(INJECTOR)}
+        env = {**fault, "PYTHONPATH": str(INJECTOR)}
         code = train_cli([*args, "--quiet", "--", *uninstrumented_command(kind, work)], env)
         history = events(run_dir)
     figures = stall_figures(label, code, history)

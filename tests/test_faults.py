@@ -3,6 +3,7 @@ seed) and the fail-slow kinds and conditions (the hangs are exercised by every s
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainbox import faults
+from trainbox.heartbeat import ATTEMPT_ENV
 
 
 def fired(spec: str, monkeypatch: pytest.MonkeyPatch, seed: str = "0", steps: int = 2000) -> list:
@@ -89,3 +91,32 @@ def test_a_torch_hang_is_armed_with_torch_imported_before_the_first_beat(kind: s
     unarmed = subprocess.run([sys.executable, "-c", probe], env={**env, faults.FAULT_ENV: "sleep@step,step=99"},
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert unarmed.stdout.splitlines()[-1] == "False", "no other fault pays for the import"
+
+
+def test_the_output_site_is_placed_by_what_was_printed_however_often_a_bar_was_drawn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``seen`` counts the writes that showed TRAIN_FAULT_TEXT: the same place whether a bar drew 2 states or 20."""
+    monkeypatch.setenv(ATTEMPT_ENV, "0")
+    monkeypatch.setenv(faults.FAULT_ENV, "raise@output,seen>=1")
+    monkeypatch.setenv(faults.TEXT_ENV, "1/2  ")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert faults.watch_output()
+    for draw in range(20):  # a scan bar: as many states as the machine's speed gave it time to draw
+        sys.stdout.write(f"\rScanning {draw}/20")
+    sys.stderr.write("\n      Epoch    GPU_mem\n")
+    sys.stdout.write("\r: 0% 0/4")
+    sys.stdout.write("\r        1/2         0G      3.123  0/4")  # epoch 1 of 2 shown: the next write hangs
+    with pytest.raises(RuntimeError, match="injected exception"):
+        sys.stdout.write("\r        1/2         0G      3.101  1/4")
+    drawn = sys.stdout._stream.getvalue()  # type: ignore[attr-defined]
+    assert drawn.endswith("0G      3.123  0/4") and drawn.count("\r") == 22
+
+
+def test_without_a_text_nothing_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(faults.TEXT_ENV, raising=False)
+    written = faults._Written()
+    for text in ("\r        1/2         0G", "done\n"):
+        written.add(text)
+    assert (written.lines, written.seen) == (2, 0)

@@ -33,7 +33,11 @@ A program that has no ``point()`` of its own (``yolo train``, a plain tqdm loop:
 ``tests/fixtures/uninstrumented/sitecustomize.py`` (put that folder on ``PYTHONPATH``), makes every write of the
 main thread to ``sys.stdout`` or ``sys.stderr`` the site, with ``lines``: the line ends (``\n``, and ``\r``, a
 progress bar's redraw) the main thread has written so far. ``sleep@output,attempt=0,lines>=40`` hangs the main
-thread just before it draws its 40th line or bar state, while its other threads go on printing.
+thread just before it draws its 40th line or bar state, while its other threads go on printing. A bar that draws
+when it has had time to (Ultralytics' own, every 0.1 s at most) draws more states on a slow machine than on a fast
+one, so a count of lines falls in a different place on each: ``seen``, the writes so far that contained
+``TRAIN_FAULT_TEXT``, places the hang by what was printed (``TRAIN_FAULT_TEXT="1/2  "`` with
+``sleep@output,seen>=1``: the first write after the first one that showed epoch 1 of 2).
 
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
@@ -67,6 +71,8 @@ SECONDS_ENV = "TRAIN_FAULT_SECONDS"
 FACTOR_ENV = "TRAIN_FAULT_FACTOR"
 #: MiB the ``leak`` fault keeps at each hit.
 LEAK_MB_ENV = "TRAIN_FAULT_MB"
+#: The text the ``output`` site's ``seen`` counts the writes of (see the module docstring).
+TEXT_ENV = "TRAIN_FAULT_TEXT"
 
 
 def _fault_seconds() -> float:
@@ -397,17 +403,31 @@ def point(site: str, **context: object) -> None:
 OUTPUT_SITE = "output"
 
 
+@dataclass
+class _Written:
+    """What the main thread wrote so far, to both streams: the ``output`` site's context."""
+
+    lines: int = 0  # line ends, a bar's \r included
+    seen: int = 0  # writes that contained TRAIN_FAULT_TEXT (none when it is unset or empty)
+
+    def add(self, text: str) -> None:
+        self.lines += text.count("\n") + text.count("\r")
+        wanted = os.environ.get(TEXT_ENV, "")
+        if wanted and wanted in text:
+            self.seen += 1
+
+
 class _WatchedStream:
     """``sys.stdout`` or ``sys.stderr``, its main thread's writes made the ``output`` site (everything else passes)."""
 
-    def __init__(self, stream: Any, written: List[int]) -> None:
+    def __init__(self, stream: Any, written: _Written) -> None:
         self._stream = stream
-        self._written = written  # line ends the main thread wrote, to both streams: one shared counter
+        self._written = written  # one for both streams
 
     def write(self, text: str) -> int:
         if threading.current_thread() is threading.main_thread():
-            point(OUTPUT_SITE, lines=self._written[0])
-            self._written[0] += text.count("\n") + text.count("\r")
+            point(OUTPUT_SITE, lines=self._written.lines, seen=self._written.seen)
+            self._written.add(text)
         return self._stream.write(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -422,7 +442,7 @@ def watch_output() -> bool:
     """
     if ATTEMPT_ENV not in os.environ or not any(fault.site == OUTPUT_SITE for fault in armed()):
         return False
-    written = [0]
+    written = _Written()
     sys.stdout = _WatchedStream(sys.stdout, written)
     sys.stderr = _WatchedStream(sys.stderr, written)
     return True

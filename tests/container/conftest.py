@@ -18,11 +18,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import docker
 import pytest
 
+from tests.invoked import Invoked
 from tests.paths import REPO
 from trainbox.container import build, compose, dotenv, engine, envfiles, launch
 from trainbox.errors import UserError
@@ -171,12 +172,19 @@ def events(run_dir: Path) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 
 
-def container_of(docker_api, run: str, timeout: float = 120) -> Dict[str, Any]:
+def container_of(docker_api, run: str, timeout: float = 120, invoked: Optional[Invoked] = None) -> Dict[str, Any]:
+    """The inspection of run ``run``'s container, once there is one; with ``invoked``, the `invoke train` making it.
+
+    A container listed can be gone when it is inspected (`invoke train` removes the one it could not start): that
+    is looked for again, and an ``invoked`` that ended without leaving one fails the test with its output.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"})
-        if found:
-            return docker_api.inspect_container(found[0]["Id"])
+        for listed in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"}):
+            with contextlib.suppress(docker.errors.NotFound):
+                return docker_api.inspect_container(listed["Id"])
+        if invoked is not None:
+            assert invoked.process.poll() is None, f"invoke ended before run {run} had a container:\n{invoked.output[-3000:]}"
         time.sleep(0.5)
     raise AssertionError(f"no container for run {run}")
 

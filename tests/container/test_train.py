@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import pytest
 
+from tests.invoked import Invoked
 from tests.supervised import SMALL_DEMO_DATA
 from trainbox.container import compose, dotenv, engine, envfiles, flavors, launch
 from trainbox.errors import ExitCode, UserError
@@ -86,21 +86,17 @@ def test_hang_detected_and_resumed_with_read_only_data_and_health(
         "imgsz=64",
     ]  # the 40 s hang alone outlasts Docker's first health check (30 s), however fast the machine trains; epochs 2
     # and 3 are trained after the restart
-    outcome: Dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: outcome.update(result=invoke(args, env)))
-    worker.start()
-    inspected = container_of(docker_api, run_name)
+    invoked = Invoked(args, env)
+    inspected = container_of(docker_api, run_name, invoked=invoked)
     data_mount = next(m for m in inspected["Mounts"] if m["Destination"] == str(data))
     assert data_mount["RW"] is False and data_mount["Source"] == str(data)
     assert all(m["Destination"] != envfiles.runtime_env("cpu")["TRAINBOX_DATA"] for m in inspected["Mounts"])
     health_seen = set()
-    while worker.is_alive():
+    while invoked.process.poll() is None:
         state = docker_api.inspect_container(inspected["Id"])["State"]
         health_seen.add((state.get("Health") or {}).get("Status"))
         time.sleep(1)
-    worker.join()
-    result = outcome["result"]
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert invoked.finish() == 0, invoked.output[-3000:]
     run_dir = runs_dir / run_name
     kinds = [e["event"] for e in events(run_dir)]
     assert "stall" in kinds and "restart" in kinds, kinds
