@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import threading
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
+import docker
 import pytest
 
 from tests.rundir.hostile import Outside
@@ -16,7 +19,7 @@ from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
 from trainbox.yolo import args, dataset
 
-from .conftest import invoke
+from .conftest import LOCAL_BASES, ROOT, invoke, run_labels
 
 
 def split_dirs(root: Path, *relative: str) -> None:
@@ -199,3 +202,48 @@ def test_a_failed_run_points_only_at_what_exists(tmp_path: Path) -> None:
     assert launch.failed_line(3, run.root) == f"error: the training container exited with 3: {logs}"
     run.events.write_text("{}\n")
     assert launch.failed_line(3, run.root).endswith(f"{logs} and the run's history, {run.events}")
+
+
+@contextlib.contextmanager
+def created_slowly(docker_api, run: str, volume: str) -> Iterator[threading.Thread]:
+    """Create (never start) a container of run ``run`` whose creation takes seconds, in a thread: Docker copies the
+    base image's /usr into the new, empty volume mounted there, as it fills a run's new cache volumes from the image.
+    The container and the volume are removed afterwards."""
+    host_config = docker_api.create_host_config(binds={volume: {"bind": "/usr", "mode": "rw"}}, network_mode="none")
+    image, labels = LOCAL_BASES["CUDA_BASE_IMAGE"], run_labels(run)
+    creating = threading.Thread(
+        target=lambda: docker_api.create_container(image, ["true"], labels=labels, host_config=host_config)
+    )
+    creating.start()
+    try:
+        yield creating
+    finally:
+        creating.join()
+        for container in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"}):
+            docker_api.remove_container(container["Id"], force=True)
+        docker_api.remove_volume(volume, force=True)
+
+
+def listed_before_created(docker_api, run: str, creating: threading.Thread) -> Optional[str]:
+    """The id of run ``run``'s container if Docker lists it before it answers for it, else None."""
+    while creating.is_alive():
+        for listed in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"}):
+            try:
+                docker_api.inspect_container(listed["Id"])
+            except docker.errors.NotFound:
+                return listed["Id"]
+            return None
+    return None
+
+
+def test_a_container_listed_while_docker_still_creates_it_is_waited_for(docker_api, run_name: str) -> None:
+    """`invoke stop`, `logs` and `status` find a run's container by listing, and Docker lists it seconds before it
+    answers for it: found in that window, it is waited for, not an error that ends the command in a traceback."""
+    for attempt in range(3):  # until the window is seen: a creation can be over before the first listing
+        with created_slowly(docker_api, run_name, f"trainbox-test-creating-{os.getpid()}-{attempt}") as creating:
+            listed = listed_before_created(docker_api, run_name, creating)
+            if listed is not None:
+                found = launch.find(docker_api, ROOT, run_name)
+                assert found["Id"] == listed and docker_api.inspect_container(listed)["State"]["Status"] == "created"
+                return
+    pytest.fail("in 3 creations Docker never listed the container before it answered for it: nothing was tested")
