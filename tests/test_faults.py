@@ -114,8 +114,7 @@ def test_the_output_site_is_placed_by_what_was_printed_however_often_a_bar_was_d
     assert drawn.endswith("0G      3.123  0/4") and drawn.count("\r") == 22
 
 
-def test_without_a_text_nothing_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(faults.TEXT_ENV, raising=False)
+def test_without_a_text_nothing_is_seen() -> None:
     written = faults._Written()
     for text in ("\r        1/2         0G", "done\n"):
         written.add(text)

@@ -407,13 +407,13 @@ OUTPUT_SITE = "output"
 class _Written:
     """What the main thread wrote so far, to both streams: the ``output`` site's context."""
 
+    wanted: str = ""  # TRAIN_FAULT_TEXT, read once at start-up ("": nothing is seen)
     lines: int = 0  # line ends, a bar's \r included
-    seen: int = 0  # writes that contained TRAIN_FAULT_TEXT (none when it is unset or empty)
+    seen: int = 0  # writes that contained ``wanted``
 
     def add(self, text: str) -> None:
         self.lines += text.count("\n") + text.count("\r")
-        wanted = os.environ.get(TEXT_ENV, "")
-        if wanted and wanted in text:
+        if self.wanted and self.wanted in text:
             self.seen += 1
 
 
@@ -442,7 +442,7 @@ def watch_output() -> bool:
     """
     if ATTEMPT_ENV not in os.environ or not any(fault.site == OUTPUT_SITE for fault in armed()):
         return False
-    written = _Written()
+    written = _Written(wanted=os.environ.get(TEXT_ENV, ""))
     sys.stdout = _WatchedStream(sys.stdout, written)
     sys.stderr = _WatchedStream(sys.stderr, written)
     return True
