@@ -172,15 +172,21 @@ def events(run_dir: Path) -> List[Dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
 
 
+def containers_of(docker_api, run: str) -> List[Dict[str, Any]]:
+    """The containers Docker lists with run ``run``'s label, whatever their state (one being created included)."""
+    return docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"})
+
+
 def container_of(docker_api, run: str, timeout: float = 120, invoked: Optional[Invoked] = None) -> Dict[str, Any]:
     """The inspection of run ``run``'s container, once there is one; with ``invoked``, the `invoke train` making it.
 
-    A container listed can be gone when it is inspected (`invoke train` removes the one it could not start): that
-    is looked for again, and an ``invoked`` that ended without leaving one fails the test with its output.
+    Docker lists a container before it answers for it while it creates it (:data:`launch.CREATING_WAIT_S`), and one
+    `invoke train` could not start is removed: either is looked for again, and an ``invoked`` that ended without
+    leaving one fails the test with its output.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for listed in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"}):
+        for listed in containers_of(docker_api, run):
             with contextlib.suppress(docker.errors.NotFound):
                 return docker_api.inspect_container(listed["Id"])
         if invoked is not None:
@@ -242,5 +248,5 @@ def run_name(request: pytest.FixtureRequest, docker_api) -> Iterator[str]:
     """A run name unique to this test and session; its container is removed afterwards."""
     name = f"{request.node.name.split('[')[0][5:25].replace('_', '-')}-{os.getpid()}"
     yield name
-    for container in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={name}"}):
+    for container in containers_of(docker_api, name):
         docker_api.remove_container(container["Id"], force=True)

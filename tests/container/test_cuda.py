@@ -32,6 +32,7 @@ from .conftest import (
     assert_checkpoint,
     build_once,
     checkout_copy,
+    containers_of,
     events,
     invoke,
     removed_after_unless_kept,
@@ -122,7 +123,7 @@ def test_invoke_train_cuda_without_or_with_the_nvidia_runtime(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trainbox: error: Docker cannot give the container a GPU ("), result.stderr
     assert "nvidia-container-toolkit" in lines[0]
-    assert not docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run_name}"}), "container left behind"
+    assert not containers_of(docker_api, run_name), "container left behind"
 
 
 #: The model the compile test trains: three strided convolutions and Ultralytics' Detect head on one level. Inductor's

@@ -1,4 +1,5 @@
-"""What `invoke train` checks and mounts, decided on the host without Docker (train/container/launch.py)."""
+"""What `invoke train` checks and mounts, decided on the host without Docker (train/container/launch.py); and, on
+the real Docker Engine, how `invoke stop/logs/status` find a run's container that Docker is still creating."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import docker
 import pytest
@@ -19,7 +20,7 @@ from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
 from trainbox.yolo import args, dataset
 
-from .conftest import LOCAL_BASES, ROOT, invoke, run_labels
+from .conftest import LOCAL_BASES, ROOT, containers_of, invoke, run_labels
 
 
 def split_dirs(root: Path, *relative: str) -> None:
@@ -219,20 +220,22 @@ def created_slowly(docker_api, run: str, volume: str) -> Iterator[threading.Thre
         yield creating
     finally:
         creating.join()
-        for container in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"}):
+        for container in containers_of(docker_api, run):  # before the next attempt lists
             docker_api.remove_container(container["Id"], force=True)
         docker_api.remove_volume(volume, force=True)
 
 
 def listed_before_created(docker_api, run: str, creating: threading.Thread) -> Optional[str]:
     """The id of run ``run``'s container if Docker lists it before it answers for it, else None."""
-    while creating.is_alive():
-        for listed in docker_api.containers(all=True, filters={"label": f"{launch.RUN_LABEL}={run}"}):
-            try:
-                docker_api.inspect_container(listed["Id"])
-            except docker.errors.NotFound:
-                return listed["Id"]
-            return None
+    listed: List[Dict[str, Any]] = []
+    while not listed and creating.is_alive():
+        listed = containers_of(docker_api, run)
+    if not listed:
+        return None
+    try:
+        docker_api.inspect_container(listed[0]["Id"])
+    except docker.errors.NotFound:
+        return listed[0]["Id"]
     return None
 
 
