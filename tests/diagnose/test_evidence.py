@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -238,3 +239,47 @@ def test_a_caches_growth_is_the_trees_only_when_the_tree_wrote_it(written: int, 
     characters or holds a file there open."""
     change = interval(_sample(0.0, 0, 0), _sample(1.0, written, 8192, opened))
     assert bool(change.cache_growth) is ours
+
+
+def _spin(ts: float, demand_s: float, runnable: int) -> evidence.Sample:
+    """Process 7 at ``ts``: ``demand_s`` of schedstat demand so far, ``runnable`` of its two threads in state R."""
+    proc = evidence.ProcSample(
+        pid=7, ppid=1, started=1.0, name="python", cmdline="python spin.py", cpu_s=demand_s / 2, demand_s=demand_s,
+        state="R" if runnable else "S", threads={"R": runnable, "S": 2 - runnable} if runnable < 2 else {"R": 2},
+        wchan="", blocked=(), io_chars=0, io_disk=0, compiler=False, io_written=0,
+    )  # fmt: skip
+    return evidence.Sample(ts=ts, procs=(proc,), caches=(), gpu=None, cost_s=0.0)
+
+
+def window_of(*samples: evidence.Sample) -> Window:
+    window = Window()
+    for sample in samples:
+        window.add(sample)
+    return window
+
+
+def test_a_process_runnable_at_every_sample_wants_a_core_though_its_open_wait_is_not_counted_yet() -> None:
+    """ci29's spin behind three nice -10 hogs: schedstat grew 1.03 s, then 0.52 s (the wait it was in at the third
+    sample not added yet), 0.75 cores over the window; it was in R at all three samples."""
+    starved = window_of(_spin(0.0, 0.0, 1), _spin(1.03, 1.03, 1), _spin(2.06, 1.55, 1))
+    assert starved.demand_cores() == {7: 1.0}
+    assert starved.demand_cores(since_s=1.5) == {7: pytest.approx(0.52 / 1.03)}  # two samples: schedstat alone
+
+
+@pytest.mark.parametrize(
+    "runnable, demand_s, cores",
+    [((1, 1, 0), 1.2, 0.6), ((0, 1, 1), 1.2, 0.6), ((2, 2, 2), 1.2, 2.0), ((2, 1, 2), 1.2, 1.0), ((1, 1, 1), 3.0, 1.5)],
+    ids=["not-at-the-last", "not-at-the-first", "two-threads-always", "fewest-counts", "schedstat-above"],
+)
+def test_the_runnable_floor_counts_only_threads_runnable_at_every_sample(
+    runnable: Tuple[int, int, int], demand_s: float, cores: float
+) -> None:
+    window = window_of(*(_spin(float(i), demand_s * i / 2, r) for i, r in enumerate(runnable)))
+    assert window.demand_cores() == {7: pytest.approx(cores)}
+
+
+def test_a_process_that_started_within_the_window_gets_no_floor() -> None:
+    newcomer = dataclasses.replace(_spin(2.0, 0.1, 1).procs[0], pid=8, started=1.5)
+    last = _spin(2.0, 0.6, 1)
+    window = window_of(_spin(0.0, 0.0, 1), _spin(1.0, 0.3, 1), dataclasses.replace(last, procs=last.procs + (newcomer,)))
+    assert window.demand_cores() == {7: 1.0, 8: pytest.approx(0.05)}  # 8: its 0.1 s over the window's 2 s
