@@ -20,7 +20,8 @@ rules, first match wins:
 6. ``gpu_wait``: the main thread in a device synchronise or copy (``torch.cuda.synchronize``,
    a source line calling ``.item()``/``.cpu()``/``.to(``, a function named like ``copy_to_device``)
    without the GIL (CUDA's default synchronise spins a core, so CPU does not decide it).
-7. ``busy_python`` / ``busy_native``: a process uses over :data:`BUSY_CORES`; py-spy's
+7. ``busy_python`` / ``busy_native``: a process wants over :data:`BUSY_CORES` (CPU used and waited for, or a
+   thread runnable at every sample: :meth:`trainbox.diagnose.window.Window.demand_cores`); py-spy's
    ``+gil`` (or a top frame outside torch/numpy) says Python, else native code.
 8. ``io_wait``: a thread reading (dataset frames: PIL, Ultralytics' ``load_image``, ``read``)
    in a process whose reads still trickle in.
