@@ -121,6 +121,11 @@ def runnable_cores(samples: Sequence[Sample]) -> Dict[int, float]:
     return {key[0]: float(count) for key, count in fewest.items() if count > 0}
 
 
+def _across(samples: Sequence[Sample]) -> Optional[Interval]:
+    """The interval from the first of ``samples`` to the last; None under two."""
+    return interval(samples[0], samples[-1]) if len(samples) >= 2 else None
+
+
 def is_idle(change: Interval, after: Sample) -> bool:
     """The whole tree wanted under IDLE_CPU_CORES, did under IDLE_IO_BYTES_PER_S, grew no cache, compiled nothing.
 
@@ -200,8 +205,7 @@ class Window:
         return [s for s in self.samples if last.ts - s.ts <= since_s]
 
     def _over(self, since_s: Optional[float]) -> Optional[Interval]:
-        samples = self._since(since_s)
-        return interval(samples[0], samples[-1]) if len(samples) >= 2 else None
+        return _across(self._since(since_s))
 
     def cpu_cores(self, since_s: Optional[float] = None) -> Dict[int, float]:
         """Average cores used per live process (pid) over the window, or over its last ``since_s``."""
@@ -213,11 +217,12 @@ class Window:
 
         At least the threads it had runnable in every sample (:func:`runnable_cores`), over RUNNABLE_SAMPLES or more.
         """
-        change = self._over(since_s)
+        samples = self._since(since_s)
+        change = _across(samples)
         if change is None:
             return {}
         wanted = {key[0]: demand / change.seconds for key, demand in change.demand_s.items()}
-        for pid, runnable in runnable_cores(self._since(since_s)).items():
+        for pid, runnable in runnable_cores(samples).items():
             wanted[pid] = max(wanted.get(pid, 0.0), runnable)
         return wanted
 
