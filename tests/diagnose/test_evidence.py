@@ -220,11 +220,15 @@ def test_gpu_tools_are_asked_within_a_time_limit(tmp_path: Path, monkeypatch: py
     assert time.monotonic() - started < 10
 
 
+#: Process 7 with one thread on a CPU: the made-up samples below change what their tests need of it.
+PROC = evidence.ProcSample(
+    pid=7, ppid=1, started=1.0, name="python", cmdline="python train.py", cpu_s=0.0, demand_s=0.0, state="R",
+    threads={"R": 1}, wchan="", blocked=(), io_chars=0, io_disk=0, compiler=False, io_written=0,
+)  # fmt: skip
+
+
 def _sample(ts: float, written: int, cache_bytes: int, opened: Tuple[int, ...] = ()) -> evidence.Sample:
-    proc = evidence.ProcSample(
-        pid=7, ppid=1, started=1.0, name="python", cmdline="python train.py", cpu_s=ts, demand_s=ts, state="R",
-        threads={"R": 1}, wchan="", blocked=(), io_chars=written, io_disk=0, compiler=False, io_written=written,
-    )  # fmt: skip
+    proc = dataclasses.replace(PROC, cpu_s=ts, demand_s=ts, io_chars=written, io_written=written)
     cache = evidence.CacheSample("MIOPEN_CUSTOM_CACHE_DIR", "/c", cache_bytes // 4096, cache_bytes, ts, False, opened)
     return evidence.Sample(ts=ts, procs=(proc,), caches=(cache,), gpu=None, cost_s=0.0)
 
@@ -243,11 +247,8 @@ def test_a_caches_growth_is_the_trees_only_when_the_tree_wrote_it(written: int, 
 
 def _spin(ts: float, demand_s: float, runnable: int) -> evidence.Sample:
     """Process 7 at ``ts``: ``demand_s`` of schedstat demand so far, ``runnable`` of its two threads in state R."""
-    proc = evidence.ProcSample(
-        pid=7, ppid=1, started=1.0, name="python", cmdline="python spin.py", cpu_s=demand_s / 2, demand_s=demand_s,
-        state="R" if runnable else "S", threads={"R": runnable, "S": 2 - runnable} if runnable < 2 else {"R": 2},
-        wchan="", blocked=(), io_chars=0, io_disk=0, compiler=False, io_written=0,
-    )  # fmt: skip
+    threads = {"R": runnable, "S": 2 - runnable}
+    proc = dataclasses.replace(PROC, cpu_s=demand_s / 2, demand_s=demand_s, state="R" if runnable else "S", threads=threads)
     return evidence.Sample(ts=ts, procs=(proc,), caches=(), gpu=None, cost_s=0.0)
 
 
@@ -279,7 +280,7 @@ def test_the_runnable_floor_counts_only_threads_runnable_at_every_sample(
 
 
 def test_a_process_that_started_within_the_window_gets_no_floor() -> None:
-    newcomer = dataclasses.replace(_spin(2.0, 0.1, 1).procs[0], pid=8, started=1.5)
+    newcomer = dataclasses.replace(PROC, pid=8, started=1.5, cpu_s=0.05, demand_s=0.1)
     last = _spin(2.0, 0.6, 1)
     window = window_of(_spin(0.0, 0.0, 1), _spin(1.0, 0.3, 1), dataclasses.replace(last, procs=last.procs + (newcomer,)))
     assert window.demand_cores() == {7: 1.0, 8: pytest.approx(0.05)}  # 8: its 0.1 s over the window's 2 s
