@@ -34,7 +34,7 @@ install_packages() {
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v chromium >/dev/null || missing+=(chromium)  # tests/test_report.py opens the run report headless
-  # tests/view/test_metrics.py scrapes a real node_exporter and lints with promtool; tests/supervise/test_notify_examples.py
+  # tests/view/test_metrics.py scrapes a real node_exporter and lints with promtool; tests/supervise/notify/test_examples.py
   # runs examples/notify through curl and msmtp's sendmail.
   command -v prometheus-node-exporter >/dev/null || missing+=(prometheus-node-exporter)
   command -v promtool >/dev/null || missing+=(prometheus)

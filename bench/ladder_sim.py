@@ -5,7 +5,7 @@
 Why it exists. Whether weighing hangs against safety pays (issue 30) depends on
 how often a rung hangs and what a hang costs; a real run measures one point at
 a time and takes its length to do it. This models the run so the policy can be
-judged at many points in milliseconds (tests/supervise/test_ladder_policy.py)
+judged at many points in milliseconds (tests/supervise/ladder/test_policy.py)
 and next to the measured runs of ``bench/ladder.py``. It lives in ``bench/``
 because it makes figures (bench/results/ladder-sim.*); the tests import it.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from trainbox.supervise.ladder_policy import (
+from trainbox.supervise.ladder.policy import (
     Decision,
     Kind,
     PolicyName,

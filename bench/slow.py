@@ -37,7 +37,7 @@ from common import REPO, cli_env, events, span, summary, write_results
 from trainbox.diagnose.conditions import ConditionsProbe, GpuReader
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import read_samples
-from trainbox.supervise import pace_watch
+from trainbox.supervise.pace import watch as pace_watch
 
 #: Seconds at pace before the slowdown: warm-up, a baseline and the first reading of the conditions, with a margin.
 PACE_S = 110.0

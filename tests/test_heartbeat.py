@@ -12,7 +12,7 @@ import pytest
 
 from tests.supervised import train_cli
 from trainbox import heartbeat
-from trainbox.supervise.budgets import Budget, BudgetPolicy
+from trainbox.supervise.stalls.budgets import Budget, BudgetPolicy
 
 CHILD = """
 import json, sys
@@ -148,7 +148,7 @@ print(json.dumps([before, asked, again, heartbeat.checkpoint_requested()]))
 
 @pytest.mark.parametrize("skew", [0.0, -3600.0, 3600.0], ids=["same-clock", "clock-behind", "clock-ahead"])
 def test_a_checkpoint_request_is_seen_once_and_answered_with_a_beat(tmp_path: Path, skew: float) -> None:
-    """The supervisor's request (trainbox.supervise.pace_watch) as a child sees it: a stat a second, asked for until a
+    """The supervisor's request (trainbox.supervise.pace.watch) as a child sees it: a stat a second, asked for until a
     checkpoint answers it, then answered, whatever clock stamps the run directory's files (NFS, a VM's shared
     folder): a request is told by its file's identity, never by its mtime against this process's clock."""
     hb = tmp_path / "heartbeat.json"

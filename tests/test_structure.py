@@ -115,6 +115,54 @@ def test_no_cycle_between_folders() -> None:
     assert not cycles, cycles
 
 
+def module_graph() -> Dict[str, Set[str]]:
+    """Module -> the modules it imports (a name imported from a module counts as that module; a package is its
+    ``__init__``)."""
+    known = {dotted for dotted, _ in modules()}
+
+    def module_of(name: str) -> str:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in known and ".".join([*parts, "__init__"]) not in known:
+            parts.pop()
+        dotted = ".".join(parts)
+        return dotted if dotted in known else ".".join([*parts, "__init__"]) if parts else "__init__"
+
+    return {dotted: {module_of(name) for name in imported(path, dotted)} - {dotted, "__init__"} for dotted, path in modules()}
+
+
+def test_no_import_circle_between_files() -> None:
+    """Within a folder too: a circle of modules is one module in several files (and an import-order trap)."""
+    graph = module_graph()
+    on_path: List[str] = []
+    done: Set[str] = set()
+    circles: List[str] = []
+
+    def visit(node: str) -> None:
+        on_path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in on_path:
+                circles.append(" -> ".join([*on_path[on_path.index(nxt) :], nxt]))
+            elif nxt not in done:
+                visit(nxt)
+        on_path.pop()
+        done.add(node)
+
+    for start in sorted(graph):
+        if start not in done:
+            visit(start)
+    assert not circles, "\n".join(circles)
+
+
+def test_the_settings_table_imports_no_feature() -> None:
+    """The one table of settings sits under every feature that reads it: what it imports of the supervisor are
+    leaves (the words a flag accepts), never a module that imports more of it."""
+    graph = module_graph()
+    supervise = {name for name in graph if name.startswith("supervise.")}
+    feeding = sorted(graph["supervise.settings"] & supervise)
+    not_leaves = [f"{name} imports {sorted(graph[name] & supervise)}" for name in feeding if graph[name] & supervise]
+    assert not not_leaves, not_leaves
+
+
 def test_the_core_never_imports_presentation() -> None:
     found = [
         f"{dotted} imports {name}"
@@ -144,16 +192,25 @@ def test_no_class_over_250_lines() -> None:
     assert not long, long
 
 
+def package_folders() -> Set[str]:
+    """Every package folder under train/, as a path: ``supervise``, ``supervise/output``, ..."""
+    return {str(p.parent.relative_to(PACKAGE)) for p in PACKAGE.rglob("__init__.py")} - {"."}
+
+
 def test_tests_mirror_the_folders() -> None:
-    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    mirrored = {p.name for p in (REPO / "tests").iterdir() if p.is_dir()} - TEST_ONLY
+    """Every package folder has its tests folder, nested ones too; a top-level tests folder mirrors a package folder
+    (a nested one may also group the tests of one module, as ``container/bundle`` does)."""
+    folders = package_folders()
+    tests = REPO / "tests"
+    mirrored = {str(p.parent.relative_to(tests)) for p in tests.rglob("__init__.py") if p.parent != tests}
     assert folders <= mirrored, f"no tests/ folder for {sorted(folders - mirrored)}"
-    assert mirrored <= folders, f"tests/ folders that mirror no package folder: {sorted(mirrored - folders)}"
+    top = {name for name in mirrored if "/" not in name} - TEST_ONLY
+    assert top <= folders, f"tests/ folders that mirror no package folder: {sorted(top - folders)}"
 
 
 def test_every_folder_is_packaged() -> None:
     """pyproject.toml lists every package folder, so an install (the images, pip install) carries it."""
     text = (REPO / "pyproject.toml").read_text()
-    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    folders = sorted(name.replace("/", ".") for name in package_folders())
     missing = [name for name in folders if f'"trainbox.{name}"' not in text]
     assert not missing, f"add to [tool.setuptools] packages: {missing}"

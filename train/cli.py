@@ -167,7 +167,7 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
     settings = _settings(args)
     if args.ladder:
-        from trainbox.supervise import command_ladder  # pydantic: imported only where used (module doc)
+        from trainbox.supervise.ladder import command as command_ladder  # pydantic: imported only where used (module doc)
 
         planner: Planner = command_ladder.CommandLadder(launch, command_ladder.load(args.ladder), settings)
     else:
@@ -221,7 +221,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _health(args: argparse.Namespace) -> int:
     from trainbox.supervise.health import Notify, check
-    from trainbox.supervise.notify import parse_command, parse_events
+    from trainbox.supervise.notify.notifier import parse_command, parse_events
 
     tell = Notify(parse_command(args.notify) if args.notify else (), parse_events(args.notify_on))
     healthy, why = check(args.run_dir, act=args.act, tell=tell)

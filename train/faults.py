@@ -21,7 +21,7 @@ supervisors of the run hung in a row before this one), so that
 ``TRAIN_FAULT="wait@supervisor,hangs=0,epoch>=2"`` hangs only the first one.
 The compile faults run for ``TRAIN_FAULT_SECONDS`` (default 20) and then let the child go on.
 
-Two faults slow a run down instead of stopping it (fail-slow, :mod:`trainbox.supervise.pace_watch`): ``slow``
+Two faults slow a run down instead of stopping it (fail-slow, :mod:`trainbox.supervise.pace.watch`): ``slow``
 stretches ``TRAIN_FAULT_FACTOR`` times (default 3) what its site says its work took (context ``took``, seconds:
 ``slow@getitem`` makes each item of a DataLoader's ``__getitem__`` that much slower, in each worker), or else the
 time since its previous hit in this process (``slow@step``: steps that took 0.1 s take 0.3 s, whatever the step

@@ -399,10 +399,10 @@ def test_the_notify_and_metrics_settings_reach_the_supervisor_and_its_health_che
 def test_health_act_tells_and_kills_within_the_health_checks_timeout() -> None:
     """`health --act` waits for its notifier before the kill (in a container the kill ends it): all of it must fit."""
     from trainbox.diagnose.incident import FAULTHANDLER_WAIT_S
-    from trainbox.supervise import notify
+    from trainbox.supervise.notify import notifier
 
     check = compose.service("cpu", variables(), ROOT).healthcheck or {}
-    worst_s = FAULTHANDLER_WAIT_S + notify.CLOSE_S + notify.ABORT_S
+    worst_s = FAULTHANDLER_WAIT_S + notifier.CLOSE_S + notifier.ABORT_S
     assert worst_s < check["timeout"] / 1e9 - 2, (worst_s, check["timeout"])
 
 

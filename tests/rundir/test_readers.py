@@ -33,7 +33,7 @@ from trainbox.rundir import events, exit_record, progress, records, state
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import BEAT, SUMMARY
 from trainbox.supervise import health, ranks, watchdog
-from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.stalls.budgets import BudgetPolicy
 from trainbox.view import html_report, live, metrics, runview, status
 
 #: Examples per property: each forks a child and makes a scene (a temporary folder with a few files). Measured:

@@ -14,9 +14,10 @@ from typing import List, Optional
 import pytest
 
 from trainbox.rundir.safe import RunFiles
-from trainbox.supervise import attempt, terminal
-from trainbox.supervise.output import OutputTee
-from trainbox.supervise.output_progress import OutputProgress
+from trainbox.supervise import attempt
+from trainbox.supervise.output import terminal
+from trainbox.supervise.output.progress import OutputProgress
+from trainbox.supervise.output.reader import OutputTee
 
 #: What the child reports about itself: whether its output is a terminal, its width, and PYTHONUNBUFFERED.
 PROBE = "import os, sys; print(sys.stdout.isatty(), os.get_terminal_size().columns if sys.stdout.isatty() else 0, "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise import endings
-from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
+from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import NO_PROGRESS_READ, Counters, Outcome, OutcomeKind
 

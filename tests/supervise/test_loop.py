@@ -23,13 +23,13 @@ from trainbox.rundir.events import EventLog, read_events
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import InvalidTransition, State
 from trainbox.supervise import record as record_module
-from trainbox.supervise.budgets import BudgetPolicy
-from trainbox.supervise.command_ladder import CommandLadder, Rung
-from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
+from trainbox.supervise.ladder.command import CommandLadder, Rung
+from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.planner import Launch, Next, Planner
 from trainbox.supervise.policy import NO_PROGRESS_READ, Outcome, OutcomeKind
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
+from trainbox.supervise.stalls.budgets import BudgetPolicy
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
 from trainbox.supervise.watchdog import MAX_HANGS
 
@@ -83,7 +83,7 @@ def stalls(at: str = "phase train, step 4", cause: str = "loader_deadlock") -> S
 
 
 def slowed(record: Record, number: int, launch: Launch) -> Outcome:
-    """``--on-slow restart`` ended a slow attempt, as the monitor does (trainbox.supervise.pace_watch decided when)."""
+    """``--on-slow restart`` ended a slow attempt, as the monitor does (trainbox.supervise.pace.watch decided when)."""
     record.set_state(State.RUNNING)
     record.set_state(State.SLOW)
     detail = {"suspect": "memory", "evidence": ["the run's anonymous memory 0.9 GiB, +0.8 GiB"], "slow_s": 640.0}

@@ -20,7 +20,7 @@ import pytest
 from tests.supervised import REPO, Finished, faulty_child, read_events, start_cli, survivors, train_cli
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise import ranks
-from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise.stalls.budgets import BudgetPolicy
 
 #: torchrun, as the console script runs it (the console script of this venv's torch).
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

@@ -16,7 +16,7 @@ PROGRAM = textwrap.dedent(
     import json, os, subprocess, time
     import psutil
     from trainbox.system import proctree
-    from trainbox.supervise.notify import Notifier
+    from trainbox.supervise.notify.notifier import Notifier
 
     assert proctree.become_subreaper()
     root = subprocess.Popen(["sleep", "60"], start_new_session=True)  # the attempt's child

@@ -150,7 +150,7 @@ def test_resume_after_fallback_from_four_workers_to_none(
 
 
 def test_a_checkpoint_asked_for_is_written_at_the_next_optimizer_step(tmp_path: Path, profiles_dir: Path, data: Path) -> None:
-    """What ``--on-slow restart`` asks before it restarts a slow attempt (trainbox.supervise.pace_watch): the trainer,
+    """What ``--on-slow restart`` asks before it restarts a slow attempt (trainbox.supervise.pace.watch): the trainer,
     with no mid-epoch cadence of its own, writes its mid-epoch checkpoint and beats ``checkpoint_ts``."""
     run_dir = tmp_path / "run"
     args = ["run", "--profile", "asked", "--profiles-dir", str(profiles_dir), "--run-dir", str(run_dir), "--quiet",

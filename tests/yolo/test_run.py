@@ -10,7 +10,7 @@ from tests.supervised import Finished, survivors, train_cli
 from tests.yolo.conftest import TINY, ChildRun, load_checkpoint
 
 BUDGETS = ("--stall-timeout", "10", "--startup-timeout", "120", "--backoff", "0.5")
-#: The hangs below are also judged by what the silent tree does (tests/supervise/test_stalls.py has the rules one by one).
+#: The hangs below are also judged by what the silent tree does (tests/supervise/stalls/test_stalls.py has the rules one by one).
 #: A budget far beyond the idle timeout: what ends the silence is idleness (later options win).
 IDLE = ("--idle-timeout", "6", "--stall-timeout", "120")
 
@@ -36,7 +36,7 @@ def _assert_completed_every_epoch(done: Finished) -> None:
 
 def test_worker_hang_after_first_checkpoint_falls_back_and_resumes(tmp_path: Path, demo_data: Path) -> None:
     # The old rule, one stall one rung down: what is tested here is the fallback's settings and the resume (the cost
-    # policy's choice, on this short run, depends on the machine's speed: tests/supervise/test_ladder_run.py).
+    # policy's choice, on this short run, depends on the machine's speed: tests/supervise/ladder/test_run.py).
     done = _run(tmp_path / "run", "fast", "sleep@worker,attempt=0,train=1,epoch>=2", demo_data, "--ladder-policy", "down")
     _assert_completed_every_epoch(done)
     starts = done.of("start")

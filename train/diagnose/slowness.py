@@ -1,6 +1,6 @@
 """Why a run became slow: what changed on the machine and in the run since it ran at its pace.
 
-When :mod:`trainbox.supervise.pace` confirms a slowdown, the supervisor holds
+When :mod:`trainbox.supervise.pace.detector` confirms a slowdown, the supervisor holds
 two sets of :class:`Conditions`: the baseline's (taken while the run was at its
 pace) and now's. Each holds a :class:`trainbox.system.pressure.Pressure` (rates
 between two snapshots a few seconds apart), the GPUs' clocks

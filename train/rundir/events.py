@@ -53,9 +53,9 @@ from trainbox.rundir.safe import Refusal
 #: child's first beat that carries ``device`` (the device it found and what it decided for it), once per attempt;
 #: supervisor_hung: ``health --act`` found the supervisor itself hung and ended it (written by the health check,
 #: :mod:`trainbox.supervise.watchdog`); notify_failed: a ``--notify`` command could not start, failed, ran out of
-#: time or an event was dropped (``kind``, ``line``), once per kind (:mod:`trainbox.supervise.notify`); slow: the
+#: time or an event was dropped (``kind``, ``line``), once per kind (:mod:`trainbox.supervise.notify.notifier`); slow: the
 #: run keeps beating but has become much slower than its own pace (``rate``, ``baseline_rate``, ``ratio``,
-#: ``since_ts``, ``suspect``, ``evidence``); recovered: it is back at its pace (:mod:`trainbox.supervise.pace_watch`).
+#: ``since_ts``, ``suspect``, ``evidence``); recovered: it is back at its pace (:mod:`trainbox.supervise.pace.watch`).
 EVENTS = (
     "start",
     "device",

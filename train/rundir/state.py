@@ -35,12 +35,12 @@ class State(str, Enum):
 
     STARTING --first beat--> RUNNING --exit 0--> SUCCEEDED
     STARTING | RUNNING --exit != 0 (or the command cannot start)--> CRASHED
-    STARTING | RUNNING --budget spent or idle---> STALLED  (incident written, tree killed; trainbox.supervise.silence)
+    STARTING | RUNNING --budget spent or idle---> STALLED  (incident written, tree killed; trainbox.supervise.stalls.silence)
     STARTING | RUNNING --the same, with --on-stall report--> unchanged (incident written once per silence)
     STALLED --the child exited 0 while its incident was written--> SUCCEEDED
     RUNNING --slow for --slow-restart-after s, suspect inside the run, --on-slow restart--> SLOW (tree ended)
     CRASHED | STALLED | SLOW --restarts left-----------> BACKOFF --delay--> STARTING (next attempt)
-    RUNNING --a checkpoint, and the ladder probes another rung--> BACKOFF (tree ended; trainbox.supervise.ladder_run)
+    RUNNING --a checkpoint, and the ladder probes another rung--> BACKOFF (tree ended; trainbox.supervise.ladder.run)
     CRASHED | STALLED | SLOW --restart budget spent, or the same stall again with nothing left to try--> GAVE_UP
     CRASHED | STALLED --2nd attempt in a row without a beat--> MISCONFIGURED
     STARTING --the supervisors before this one hung too often--> GAVE_UP

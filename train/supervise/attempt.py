@@ -3,13 +3,13 @@
 Shaped after torchelastic's ``PContext``: ``with Attempt(...) as attempt:`` starts the command in a session of its
 own (so its whole tree can be found and ended), tied to the supervisor's life (it dies with the supervisor,
 :func:`trainbox.system.proctree.die_with_parent`), with its output drained into the attempt's log
-(:class:`~trainbox.supervise.output.OutputTee`) and its progress followed
-(:class:`~trainbox.supervise.progress_source.ProgressSource`: its beats per rank, else the counters its output
+(:class:`~trainbox.supervise.output.reader.OutputTee`) and its progress followed
+(:class:`~trainbox.supervise.output.source.ProgressSource`: its beats per rank, else the counters its output
 shows). Leaving the block ends the whole tree and reaps its root, so an exception in the loop (a full disk, a bug)
 never leaves a training process behind.
 
 The child's stdout and stderr are a pseudo-terminal of the supervisor's own window size
-(:mod:`trainbox.supervise.terminal`), so it prints what its user would see: Python's ``print()`` is line-buffered
+(:mod:`trainbox.supervise.output.terminal`), so it prints what its user would see: Python's ``print()`` is line-buffered
 and tqdm, rich and Ultralytics draw their bars, which the output reader then reads. Where no terminal can be made
 it gets a pipe, with ``PYTHONUNBUFFERED=1`` (set either way) so Python children still print each line as it comes.
 stdin stays ``/dev/null``: a child that prompts reads EOF and fails at once instead of waiting for a person.
@@ -30,14 +30,15 @@ from typing import IO, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, 
 from trainbox import heartbeat
 from trainbox.errors import Stuck, say
 from trainbox.rundir.layout import RunDir
-from trainbox.supervise import gpu_release, ranks, terminal
-from trainbox.supervise.budgets import BudgetPolicy
-from trainbox.supervise.output import OutputTee
-from trainbox.supervise.output_progress import PATTERNS, LinePattern, OutputProgress
+from trainbox.supervise import gpu_release, ranks
+from trainbox.supervise.output import terminal
+from trainbox.supervise.output.progress import PATTERNS, LinePattern, OutputProgress
+from trainbox.supervise.output.reader import OutputTee
+from trainbox.supervise.output.source import ProgressSource
 from trainbox.supervise.planner import Launch
-from trainbox.supervise.progress_source import ProgressSource
 from trainbox.supervise.record import Record
-from trainbox.supervise.silence import Limits, SilenceWatch
+from trainbox.supervise.stalls.budgets import BudgetPolicy
+from trainbox.supervise.stalls.silence import Limits, SilenceWatch
 from trainbox.system import proctree
 
 #: How long the killed child may take to be reaped once its whole tree is gone (normally microseconds;

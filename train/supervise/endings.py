@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping
 
 from trainbox.rundir.layout import RunDir
-from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS
+from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
+from trainbox.supervise.output.source import Source
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import NO_PROGRESS_READ, Counters, Outcome, OutcomeKind
-from trainbox.supervise.progress_source import Source
 
 
 def slow_part(slow: Mapping[str, Any]) -> str:

@@ -27,7 +27,7 @@ within ``hung_after_s`` plus one health interval.
 A hung supervisor cannot tell anyone, so ``health --act`` sends the ``supervisor_hung`` notification itself,
 with its own ``--notify``/``--notify-on`` (or ``$TRAINBOX_NOTIFY``/``$TRAINBOX_NOTIFY_ON``, which compose
 gives the container's health check): never a command read from the run directory, which anything in the run
-may have written. It waits for the notifier (:data:`trainbox.supervise.notify.CLOSE_S` at most) *before* the
+may have written. It waits for the notifier (:data:`trainbox.supervise.notify.notifier.CLOSE_S` at most) *before* the
 SIGKILL, because in a container that kill ends the health check too; that keeps the whole act within the
 health check's 20 s timeout (a test adds the bounds up).
 
@@ -53,10 +53,11 @@ from trainbox.heartbeat import STACK_DUMP_SIGNAL
 from trainbox.rundir import state as state_file
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.state import FINAL_STATES, LIVE_STATES, State, state_of
-from trainbox.supervise import notify, watchdog
-from trainbox.supervise.budgets import rounded_up
+from trainbox.supervise import watchdog
+from trainbox.supervise.notify import notifier
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import HUNG_AFTER
+from trainbox.supervise.stalls.budgets import rounded_up
 from trainbox.system import proctree
 
 
@@ -115,7 +116,7 @@ class Notify:
     """Whom ``health --act`` tells of a hang: ``--notify``'s words (none: nobody) and ``--notify-on``'s events."""
 
     command: Sequence[str] = ()
-    events: FrozenSet[str] = notify.DEFAULT_EVENTS
+    events: FrozenSet[str] = notifier.DEFAULT_EVENTS
 
 
 def check(run_dir: Path, now: float = 0.0, act: bool = False, tell: Notify = Notify()) -> Tuple[bool, str]:
@@ -213,10 +214,10 @@ def end(run: RunDir, hang: Hang, tell: Notify = Notify()) -> str:
     except OSError:
         incident = None  # a full disk: the kill matters more than the report
     record = Record(run)
-    notifier = notify.attach(record, tell.command, tell.events, lambda: hang.attempt) if tell.command else None
+    told = notifier.attach(record, tell.command, tell.events, lambda: hang.attempt) if tell.command else None
     record.emit_best_effort("supervisor_hung", hang.attempt, incident=incident, **evidence)
-    if notifier is not None:
-        notifier.close(notify.CLOSE_S)
+    if told is not None:
+        told.close(notifier.CLOSE_S)
     try:
         os.kill(hang.pid, signal.SIGKILL)
     except OSError as exc:

@@ -2,11 +2,11 @@
 
 :meth:`Monitor.run` starts an :class:`~trainbox.supervise.attempt.Attempt` and polls it every ``POLL_S`` at most:
 the progress it made (its beats, every rank's under torchrun, or while it has not beaten the counters its output
-shows: :mod:`trainbox.supervise.progress_source` decides which counts) goes to the progress log; an attempt that
+shows: :mod:`trainbox.supervise.output.source` decides which counts) goes to the progress log; an attempt that
 shows neither is told once how to give progress; the silence of the slowest rank is judged by
-:class:`~trainbox.supervise.silence.SilenceWatch` (a new silence when that rank changes or makes progress, not
-when any other rank does; keep watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stall`
-handles); the pace of that progress is the :class:`~trainbox.supervise.pace_watch.PaceWatch`'s (a run that became
+:class:`~trainbox.supervise.stalls.silence.SilenceWatch` (a new silence when that rank changes or makes progress, not
+when any other rank does; keep watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stalls.stall`
+handles); the pace of that progress is the :class:`~trainbox.supervise.pace.watch.PaceWatch`'s (a run that became
 slow, and with ``--on-slow restart`` an attempt ended for it); state.json is kept fresh for ``health``. What it
 returns is the attempt's
 :class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the policy's business, not
@@ -26,17 +26,18 @@ from trainbox.errors import say
 from trainbox.rundir.events import device_fields
 from trainbox.rundir.progress import ProgressLog
 from trainbox.rundir.state import State
-from trainbox.supervise import ranks, stall
+from trainbox.supervise import ranks
 from trainbox.supervise.attempt import Attempt, CannotStart
-from trainbox.supervise.budgets import BudgetPolicy
-from trainbox.supervise.output_progress import HOW_TO_GIVE_PROGRESS, with_user_patterns
-from trainbox.supervise.pace_watch import PaceWatch, SlowRestart
+from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS, with_user_patterns
+from trainbox.supervise.output.source import notice_due, output_works
+from trainbox.supervise.pace.watch import PaceWatch, SlowRestart
 from trainbox.supervise.planner import Launch, Next
 from trainbox.supervise.policy import Outcome, OutcomeKind
-from trainbox.supervise.progress_source import notice_due, output_works
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
-from trainbox.supervise.silence import Action, extension
+from trainbox.supervise.stalls import stall
+from trainbox.supervise.stalls.budgets import BudgetPolicy
+from trainbox.supervise.stalls.silence import Action, extension
 
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
 POLL_S = 0.5

@@ -5,8 +5,8 @@ A :class:`Launch` is one attempt's command with its budgets, checked on creation
 (:func:`trainbox.supervise.policy.retry_for`, with the streak of stalls of that cause on this rung) and asks
 :meth:`Planner.move` what the retry means for the next launch. The base class repeats the same command (what
 ``trainbox supervise`` does); :class:`trainbox.yolo.ladder.ProfileLadder` overrides only the move, stepping down
-its profiles, and :class:`trainbox.supervise.command_ladder.CommandLadder` (``supervise --ladder FILE``) its
-rungs; both ask :mod:`trainbox.supervise.ladder_run` (the ladder policy) which rung a ``ladder`` retry and each
+its profiles, and :class:`trainbox.supervise.ladder.command.CommandLadder` (``supervise --ladder FILE``) its
+rungs; both ask :mod:`trainbox.supervise.ladder.run` (the ladder policy) which rung a ``ladder`` retry and each
 checkpoint (:meth:`Planner.at_checkpoint`: a probe back up) lead to. A crash keeps the current launch: a crash
 is the program's own verdict, not the settings'. So does a restart for slowness (``--on-slow restart``): what it
 cures, a leak or a loader gone wrong, the restart itself cures.

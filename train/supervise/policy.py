@@ -17,7 +17,7 @@ The rules, in the order they are applied:
    (a typo, an import error, bad arguments), and restarting again would spend
    the restart budget and bury the error under identical reports. A counter
    that advanced in the child's output is a beat here too
-   (:mod:`trainbox.supervise.progress_source`): an attempt whose output advanced
+   (:mod:`trainbox.supervise.output.source`): an attempt whose output advanced
    made progress. One exception: when the second attempt's output was still
    coming as it was stopped (``Outcome.output_works``), the command ran and only
    its progress could not be read, so the run ``GAVE_UP`` with
@@ -81,7 +81,7 @@ class Outcome:
     last_beat_ts: Optional[float] = None
     #: The ``checkpoint_ts`` of the last beat that carried one: when this attempt last saved a checkpoint.
     checkpoint_ts: Optional[float] = None
-    #: Stalled without any progress, but its output was still coming (:func:`trainbox.supervise.progress_source.output_works`).
+    #: Stalled without any progress, but its output was still coming (:func:`trainbox.supervise.output.source.output_works`).
     output_works: bool = False
     detail: Dict[str, Any] = field(default_factory=dict)
 

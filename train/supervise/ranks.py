@@ -4,7 +4,7 @@ Without torchrun the child beats into ``heartbeat.json`` and the job is silent
 as long as that file. Under torchrun each rank beats into
 ``heartbeats/rank-<rank>.json`` (:mod:`trainbox.heartbeat`) and the job is as
 far along as its slowest rank: every rank has its own silence and its own
-budget (from its own last beat, :class:`trainbox.supervise.budgets.BudgetPolicy`), and
+budget (from its own last beat, :class:`trainbox.supervise.stalls.budgets.BudgetPolicy`), and
 the rank with the least budget left decides. One rank silent past its budget
 is a stall even while the others beat.
 
@@ -51,7 +51,7 @@ from trainbox import heartbeat
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import Schema, exit_code, files_of, rank_files, read_beat, read_record, text
 from trainbox.rundir.safe import Refusal, names
-from trainbox.supervise.budgets import Budget, BudgetPolicy
+from trainbox.supervise.stalls.budgets import Budget, BudgetPolicy
 
 #: Where torchrun (torch.distributed.elastic) writes the first failed rank's error, when its entry point is ``@record``.
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
@@ -209,7 +209,7 @@ class JobBeats:
 
     def heard(self, record: Dict[str, Any], at: float) -> Progress:
         """Progress the child's output showed at ``at`` (a counter that advanced, read by
-        :mod:`trainbox.supervise.progress_source` while no heartbeat file is written): the one process's beat."""
+        :mod:`trainbox.supervise.output.source` while no heartbeat file is written): the one process's beat."""
         return self._take(self.single, record, max(at, self.single.progress))
 
     def _take(self, track: Track, record: Dict[str, Any], now: float) -> Progress:

@@ -17,7 +17,7 @@ Three promises, each kept here so that no other piece of the supervisor has to k
   :data:`trainbox.rundir.state.TRANSITIONS`, so an ending added later cannot publish a state ``health`` misreads.
 
 And it tells those who asked, so that no other piece of the supervisor has to: every event it writes goes to
-its listeners (:meth:`Record.listen`: the ``--notify`` command's queue, :mod:`trainbox.supervise.notify`), the
+its listeners (:meth:`Record.listen`: the ``--notify`` command's queue, :mod:`trainbox.supervise.notify.notifier`), the
 best-effort endings too, even when the disk refused them (a full disk is news a person needs most); and each
 rewrite of state.json is followed by ``on_publish`` (the CLI's ``--metrics-textfile``), at once for forced news
 (a state change, a stall) and otherwise at most every :data:`REFRESH_EVERY_S`.

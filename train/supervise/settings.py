@@ -25,8 +25,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
-from trainbox.supervise import notify, pace
-from trainbox.supervise.output_progress import PATTERN_FLAG, pattern_problem
+from trainbox.supervise.notify import events as notify
+from trainbox.supervise.output.pattern import PATTERN_FLAG, pattern_problem
 
 Number = Union[int, float]
 #: What a setting holds: a number, one of its ``choices``, a text, or every text given for a repeatable one.
@@ -192,7 +192,7 @@ LEARNED_MIN_SAMPLES = Setting(
 )
 #: 120 s: long enough that no working phase keeps the whole tree that quiet (a cold MIOpen compile burns a core,
 #: a slow disk shows I/O, a GPU kernel keeps the GPU busy), short enough that a deadlock costs minutes, not the
-#: 20 of a 1200 s startup or validation budget. See trainbox.supervise.silence.
+#: 20 of a 1200 s startup or validation budget. See trainbox.supervise.stalls.silence.
 IDLE_TIMEOUT = Setting(
     "idle_timeout",
     "--idle-timeout",
@@ -217,12 +217,16 @@ ON_STALL = Setting(
     "restart: kill the stalled tree and restart; report: write the incident and a stall event, kill nothing",
     choices=("restart", "report"),
 )
-#: A run slower than its own pace: see trainbox.supervise.pace (the detector) and trainbox.supervise.pace_watch.
+#: The default of ``--slow-ratio``: steps 30 % longer than this run's pace (NVIDIA's straggler detection flags a
+#: 30 % drop by default; +-30 % is also the per-step spread of a loaded 2-core machine, which must stay unflagged).
+DEFAULT_SLOW_RATIO = 1.3
+#: A run slower than its own pace: see trainbox.supervise.pace.detector (the detector) and trainbox.supervise.pace.watch.
 SLOW_RATIO = Setting(
     "slow_ratio",
     "--slow-ratio",
-    pace.DEFAULT_SLOW_RATIO,
-    pace.SLOW_RATIO_HELP,
+    DEFAULT_SLOW_RATIO,
+    "call the run slow when its steps take this many times as long as at its own steady pace "
+    "(1.3: 30 percent longer, a step rate at or below 1/1.3 = 0.77x of it)",
     1,
     above=True,
     profile_supplies=True,

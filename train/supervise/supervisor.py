@@ -4,13 +4,13 @@ Shaped after torchelastic's agent: a spec validated on creation, a state enum th
 (:class:`trainbox.rundir.state.State`), and a ``run()`` that always cleans up; and after gunicorn's arbiter: a
 loop of named verbs. The :class:`Supervisor` only conducts: each attempt is run and watched by a
 :class:`~trainbox.supervise.monitor.Monitor` (a child tree in an :class:`~trainbox.supervise.attempt.Attempt`,
-a stall handled by :mod:`trainbox.supervise.stall`), what comes next is decided by the planner
+a stall handled by :mod:`trainbox.supervise.stalls.stall`), what comes next is decided by the planner
 (:mod:`trainbox.supervise.planner`: which launch) and the policy (:func:`trainbox.supervise.policy.decide`:
 whether and when), everything is written down by the :class:`~trainbox.supervise.record.Record`, and every
 ending goes through :meth:`Supervisor._end`, so each writes its ``exit`` the same way. Presentation is passed
 in (``SupervisorSpec.on_end``, the CLI's HTML report; ``on_publish``, its metrics textfile): the core never
-imports it. With ``--notify`` the record tells a :class:`~trainbox.supervise.notify.Notifier` every event
-(:func:`trainbox.supervise.notify.attach`), which is closed as the run ends, and whose process groups the attempts'
+imports it. With ``--notify`` the record tells a :class:`~trainbox.supervise.notify.notifier.Notifier` every event
+(:func:`trainbox.supervise.notify.notifier.attach`), which is closed as the run ends, and whose process groups the attempts'
 trees leave out.
 
 What the supervisor must survive, and how:
@@ -22,7 +22,7 @@ What the supervisor must survive, and how:
   (:mod:`trainbox.supervise.watchdog`, :mod:`trainbox.supervise.health`);
 * a reader that goes away (``| head``, a closed terminal) or a full disk under
   the log: :class:`OutputTee` stops echoing or logging but never stops draining
-  the child's pipe, which would block the child and fake a stall (:mod:`trainbox.supervise.output`);
+  the child's pipe, which would block the child and fake a stall (:mod:`trainbox.supervise.output.reader`);
 * a full disk: ``state.json``, the attempt logs and incident reports are
   best-effort and killing and restarting go on without them; only the run's
   history (``events.jsonl``) must be written, and when it cannot be the
@@ -52,14 +52,15 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.lock import RunLock
 from trainbox.rundir.safe import Refusal
 from trainbox.rundir.state import State
-from trainbox.supervise import endings, gpu_release, notify, watchdog
-from trainbox.supervise.budgets import BudgetPolicy
+from trainbox.supervise import endings, gpu_release, watchdog
 from trainbox.supervise.monitor import Monitor
-from trainbox.supervise.pace_watch import PaceWatch
+from trainbox.supervise.notify import notifier
+from trainbox.supervise.pace.watch import PaceWatch
 from trainbox.supervise.planner import Launch, Next, Planner
 from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
 from trainbox.supervise.record import Record
 from trainbox.supervise.settings import SupervisorSettings
+from trainbox.supervise.stalls.budgets import BudgetPolicy
 from trainbox.system import proctree
 
 
@@ -95,7 +96,7 @@ class Supervisor:
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
         self.record = Record(self.run_dir, spec.on_publish)
-        #: The run's pace, kept across attempts (trainbox.supervise.pace_watch): a slowdown outlives a restart.
+        #: The run's pace, kept across attempts (trainbox.supervise.pace.watch): a slowdown outlives a restart.
         self.pace = PaceWatch(self.record, self.settings)
         #: Names this supervisor's incident reports apart from earlier ones in the same directory.
         self.session = 0
@@ -105,7 +106,7 @@ class Supervisor:
         self.hangs = 0
         self._attempts = attempts
         self._stop_signal: Optional[int] = None
-        self._notifier: Optional[notify.Notifier] = None
+        self._notifier: Optional[notifier.Notifier] = None
 
     def run(self) -> int:
         """Supervise until success, give-up or a stop signal; return the exit code.
@@ -120,7 +121,7 @@ class Supervisor:
             raise HistoryRefused.at(self.run_dir.events, past.refused or Refusal.UNREADABLE)
         self.session = self.run_dir.new_session(time.time())
         if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
-            self._notifier = notify.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
+            self._notifier = notifier.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
         self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s))
         own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
@@ -139,7 +140,7 @@ class Supervisor:
             if self.record.state not in (State.DISK_FULL, State.REFUSED) and self.spec.on_end is not None:
                 self.spec.on_end(self.run_dir)  # best-effort, under our signal handlers (a Ctrl-C only sets a flag)
             if self._notifier is not None:
-                self._notifier.close(notify.CLOSE_S)  # the exit notification goes out (bounded; it ran during the report)
+                self._notifier.close(notifier.CLOSE_S)  # the exit notification goes out (bounded; it ran during the report)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             watchdog.remove_stack_dump(own_stacks)

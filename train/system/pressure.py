@@ -1,6 +1,6 @@
 """What can make a run slow, read from /proc: other processes' CPU, the kernel's pressure, swap, iowait, the tree.
 
-A run that has slowed down (:mod:`trainbox.supervise.pace`) is explained by
+A run that has slowed down (:mod:`trainbox.supervise.pace.detector`) is explained by
 what changed on the machine since it ran at its pace
 (:mod:`trainbox.diagnose.slowness`). This module reads those facts. A
 :class:`Snapshot` is one moment (:func:`take`); two of them give rates

@@ -240,7 +240,7 @@ def phase_silences(view: RunView) -> Dict[str, Dict[str, Any]]:
             entry(phase)["seen"].append(seen["s"])
             entry(phase)["budgets"].append((seen.get("budget", "?"), seen.get("budget_s", 0.0)))
     for stall in view.stalls:
-        # Before the first beat the budget is startup's (trainbox.supervise.budgets) and the phase is none yet.
+        # Before the first beat the budget is startup's (trainbox.supervise.stalls.budgets) and the phase is none yet.
         phase = STARTUP_PHASE if stall.budget == STARTUP_PHASE else stall.phase or "?"
         entry(phase)["stalls"].append(stall.silent_s)
         entry(phase)["budgets"].append((stall.budget, stall.budget_s))

@@ -1,6 +1,6 @@
 """The periods a run spent slower than its own pace, read from its ``slow`` and ``recovered`` events.
 
-The supervisor records (:mod:`trainbox.supervise.pace_watch`); this draws. A period opens at a ``slow`` event
+The supervisor records (:mod:`trainbox.supervise.pace.watch`); this draws. A period opens at a ``slow`` event
 (from its ``since_ts``, when the change began) and closes at the next ``recovered`` event, or when the run ended
 (its ``exit``) while still slow; one that has neither is going on. A restart does not close it: a slowdown that
 a restart cured recovers in the next attempt, and that is what its ``recovered`` says.

@@ -20,7 +20,7 @@ the run, continuing across resumed attempts). Phases and their budgets:
 Every beat after the training starts also carries ``total_steps`` (epochs x
 batches per epoch: the work the ladder policy weighs against), and the beat
 after a checkpoint is written ``checkpoint_ts`` (its unix time: the supervisor
-sees a new checkpoint in a new value, :mod:`trainbox.supervise.ladder_run`).
+sees a new checkpoint in a new value, :mod:`trainbox.supervise.ladder.run`).
 
 Train beats add ``loss`` (the epoch's running mean of the summed loss items)
 and ``imgs_per_s`` (this epoch's average). A setup beat adds ``device`` (the

@@ -5,7 +5,7 @@ stall the retry is chosen by the stall's cause (:meth:`trainbox.supervise.planne
 overridable per profile with ``stall_retry``):
 
 * ``ladder`` (a deadlocked loader, an idle tree, unknown): the ladder policy
-  (:mod:`trainbox.supervise.ladder_run`, ``--ladder-policy``) chooses among the
+  (:mod:`trainbox.supervise.ladder.run`, ``--ladder-policy``) chooses among the
   ``fallback`` chain (fast -> balanced -> safe): with ``cost`` the rung expected
   to finish first, the current one or a safer one, and at each checkpoint it may
   probe a faster one again; with ``down`` the profile's ``fallback``. When it
@@ -29,8 +29,8 @@ from typing import List, Mapping, Optional, Sequence
 
 from trainbox import module_command
 from trainbox.rundir.events import Retry
-from trainbox.supervise import ladder_policy
-from trainbox.supervise.ladder_run import RungLadder, RungLedger
+from trainbox.supervise.ladder import policy as ladder_policy
+from trainbox.supervise.ladder.run import RungLadder, RungLedger
 from trainbox.supervise.planner import Launch, Next, moved_reason
 from trainbox.supervise.policy import CauseStreak, Outcome
 from trainbox.supervise.settings import LAUNCH_SETTINGS, STARTUP_TIMEOUT, SupervisorSettings

@@ -223,7 +223,7 @@ class MidEpoch:
         self.batches_since_save += 1
         next_batch = done + 1
         since = time.monotonic() - self.last_save
-        # The supervisor asks for one before it restarts a slow attempt (--on-slow restart, trainbox.supervise.pace_watch).
+        # The supervisor asks for one before it restarts a slow attempt (--on-slow restart, trainbox.supervise.pace.watch).
         due = self.cadence.due(since, self.batches_since_save) or heartbeat.checkpoint_requested()
         if self.stepped and next_batch < len(trainer.train_loader) and due and RANK in (-1, 0):  # DDP: rank 0 writes
             self.save(trainer, Position(trainer.epoch, next_batch))

@@ -1,0 +1,299 @@
+"""Progress read from output: each recognised form, chatter, redraws, new bars, phases, user patterns.
+
+The recorded fixtures (tests/fixtures/output/, README.md there) are real programs' bytes on a pty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from trainbox import errors
+from trainbox.supervise.output.progress import (
+    HOW_TO_GIVE_PROGRESS,
+    MAX_TRACKS,
+    PATTERNS,
+    OutputProgress,
+    ProgressPatternError,
+    describe,
+    read,
+    user_pattern,
+    with_user_patterns,
+)
+from trainbox.supervise.output.terminal import TerminalLines
+from trainbox.supervise.policy import position
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "output"
+#: Ultralytics' validation bar's label (``DetectionValidator.get_desc``).
+VAL = "                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95)"
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: f"{p.name}:{p.sample[:24]}")
+def test_every_pattern_reads_its_own_sample(pattern: Any) -> None:
+    reading = read(pattern.sample)
+    assert reading is not None and reading.pattern == pattern.name
+    assert pattern.sample.strip() in describe()
+
+
+READINGS = [
+    # tqdm, and the tools that draw with it
+    ("45%|####5     | 45/100 [00:04<00:05, 9.80it/s]", dict(pattern="tqdm", step=45)),
+    ("slow:  67%|███████▋    | 2/3 [00:02<00:01,  1.20s/it]", dict(pattern="tqdm", step=2)),
+    ("stream: 45it [00:04, 9.80it/s]", dict(pattern="tqdm", step=45)),
+    ("Downloading: 45%|████▌     | 4.5k/10.0k [00:04<00:05, 1.0kit/s]", dict(phase="setup", step=4500)),
+    (
+        "Epoch 3:  45%|████▌     | 45/100 [00:04<00:05, 9.80it/s, v_num=0, loss=0.1, val_loss=0.2]",
+        dict(phase="train", epoch=3, batch=45, batches=100),
+    ),
+    ("Validation DataLoader 0:  50%|█████     | 1/2 [00:00<00:00, 19.56it/s]", dict(phase="val", step=1)),
+    ("Sanity Checking DataLoader 0:  50%|█████     | 1/2 [00:00<00:00, 19.56it/s]", dict(phase="val", step=1)),
+    ("Sanity Checking: |          | 0/? [00:00<?, ?it/s]", dict(phase="val", step=0)),
+    ("Validating: 100%|██████████| 3/3 [00:00<00:00, 19.81it/s]", dict(phase="val", step=3)),
+    ("Evaluating:  20%|██        | 2/10 [00:01<00:04,  2.00it/s]", dict(phase="val", step=2)),
+    ("  6%|▋         | 1/16 [00:00<00:13,  1.12it/s]", dict(pattern="tqdm", step=1)),  # Hugging Face Trainer
+    # Ultralytics
+    (
+        "        1/50      1.2G      1.234…: 45% ━━━━━─────── 4886/41163 9.8it/s 8:18<9:59",  # cut to a narrow terminal
+        dict(pattern="ultralytics", phase="train", epoch=1, epochs=50, batch=4886, batches=41163),
+    ),
+    (f"{VAL}: 50% ━━━━━━────── 1/2 1.2it/s 0.8s<0.8s", dict(pattern="ultralytics", phase="val", batch=1, batches=2)),
+    (
+        "train: Scanning /d/labels/train... 32 images, 0 backgrounds, 0 corrupt: 100% ━━━━━━━━━━━━ 32/32 1.5Kit/s 0.0s",
+        dict(pattern="ultralytics", phase="setup", step=32),
+    ),
+    # rich
+    ("Training... ━━━━━━━━━━━━━━╺━━━━━━━━━━━━━━━━━━━━━━━━━  35% 0:00:01", dict(pattern="rich-percent", phase="train", step=35)),
+    ("Epoch 0/1  ━━━━━━━━━━━━━━━━ 4/20 0:00:00 • 0:00:01 499.16it/s", dict(pattern="rich", epoch=0, epochs=1, batch=4)),
+    ("Validation ━━━━━━━━━━━━━━━━ 1/4   0:00:00 • -:--:-- 0.00it/s", dict(pattern="rich", phase="val", step=1)),
+    # Keras
+    ("12/100 ━━━━━━━━━━━━━━━━━━━━ 1s 10ms/step - loss: 0.1234", dict(pattern="keras", batch=12, batches=100)),
+    (" 12/100 [==>...........................] - ETA: 1s - loss: 0.1000", dict(pattern="keras", batch=12)),
+    ("Epoch 3/10", dict(pattern="keras", epoch=3, epochs=10)),
+    # pytorch/examples
+    ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.301384", dict(pattern="pytorch-examples", phase="train", epoch=1, batch=640)),
+    ("Epoch: [0][ 10/5005]\tTime  0.123 ( 0.456)", dict(pattern="pytorch-examples", epoch=0, batch=10, batches=5005)),
+    ("Test: [ 10/196]\tTime  0.050 ( 0.061)", dict(pattern="pytorch-examples", phase="val", batch=10)),
+    # Hugging Face Trainer's log lines, 4.x and 5.x
+    ("{'loss': 0.6936, 'grad_norm': 0.4041, 'learning_rate': 4.063e-05, 'epoch': 0.5}", dict(pattern="hf-log", epoch=0.5)),
+    ("{'loss': '0.6934', 'grad_norm': '0.6196', 'learning_rate': '2.813e-05', 'epoch': '1'}", dict(epoch=1)),
+    ("{'eval_loss': '0.6931', 'eval_runtime': '0.0994', 'epoch': '1'}", dict(pattern="hf-log", phase="val", epoch=1)),
+    # words
+    ("step=1200 loss=0.173", dict(pattern="words", step=1200)),
+    ("Step 1200/5000 | loss 0.2", dict(step=1200)),
+    ("iter 30: loss 1.2", dict(step=30)),
+    ("Iteration: 4", dict(step=4)),
+    ("global_step=88 lr=1e-4", dict(step=88)),
+    ("global_step 88", dict(step=88)),
+    ("[eval] step 5 loss 0.3", dict(phase="val", step=5)),
+    ("epoch 2 step 300 loss 0.1", dict(epoch=2, step=300)),
+    ("Epoch 7 finished, val loss 0.3", dict(pattern="words", phase=None, epoch=7)),
+]
+
+
+@pytest.mark.parametrize("line, expected", READINGS, ids=[line[:40] for line, _ in READINGS])
+def test_reading(line: str, expected: Dict[str, Any]) -> None:
+    reading = read(line)
+    assert reading is not None
+    assert {key: getattr(reading, key) for key in expected} == expected
+
+
+CHATTER = [
+    "GPU memory 5.1 GB",
+    "Starting training for 2 epochs...",
+    "2 epochs completed in 0.001 hours.",
+    "Test set: Average loss: 2.4797, Accuracy: 98/640 (15%)",
+    "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size",
+    "`Trainer.fit` stopped: `max_epochs=2` reached.",
+    "Using 32 train, 8 val images for fraction=1.0 at imgsz=64",
+    "lr=0.01 steps_per_epoch=100 warmup_steps=10",
+    "12:03:45 INFO step size 0.1",
+    "40/40 images done",
+    "",
+]
+
+
+@pytest.mark.parametrize("line", CHATTER)
+def test_chatter_is_no_reading(line: str) -> None:
+    assert read(line) is None
+
+
+def beats(lines: List[str], progress: OutputProgress = None) -> List[Dict[str, Any]]:  # type: ignore[assignment]
+    progress = progress or OutputProgress()
+    return [beat for i, line in enumerate(lines) if (beat := progress.observe(line, float(i))) is not None]
+
+
+def test_chatter_and_a_repeated_counter_never_advance() -> None:
+    progress = OutputProgress()
+    bar = "Epoch 0:  45%|████▌     | 45/100 [00:{:02d}<00:05, {}it/s]"
+    assert progress.observe(bar.format(4, "9.80"), 1.0) is not None
+    hung = [bar.format(4 + i, "0.5") for i in range(50)] + ["GPU memory 5.1 GB"] * 50  # a monitor's redraws, a thread
+    assert beats(hung, progress) == []
+    assert progress.latest() == ({"phase": "train", "epoch": 0, "batch": 45, "batches": 100, "pattern": "tqdm"}, 1.0)
+
+
+def test_a_new_bar_is_progress() -> None:
+    lines = ["100%|██████████| 100/100 [00:10<00:00]", "  1%|          | 1/100 [00:00<00:10]"]  # no epoch in the label
+    assert [beat["step"] for beat in beats(lines)] == [100, 1]
+
+
+def test_bars_drawn_in_turn_are_never_compared_with_each_other() -> None:
+    outer, inner = "epochs:  50%|█████     | 1/2 [00:01<00:01]", "batches:  75%|███████▌  | 3/4 [00:00<00:00]"
+    assert len(beats([outer, inner] * 20)) == 2
+
+
+def test_a_batch_takes_the_epoch_read_before_it() -> None:
+    keras = ["Epoch 3/10", "12/100 ━━━━━━━━━━━━━━━━━━━━ 1s 10ms/step - loss: 0.1"]
+    assert beats(keras)[-1] == {"epoch": 3, "epochs": 10, "batch": 12, "batches": 100, "pattern": "keras"}
+    ultralytics = [
+        "        3/50      1.2G      1.234      2.345      1.456         16        640: 100% ━━━━━━━━━━━━ 10/10 9.8it/s 1.0s",
+        f"{VAL}: 50% ━━━━━━────── 1/2 1.2it/s",
+    ]
+    expected = {"phase": "val", "epoch": 3, "epochs": 50, "batch": 1, "batches": 2, "pattern": "ultralytics"}
+    assert beats(ultralytics)[-1] == expected
+
+
+def test_the_same_validation_bar_in_the_next_epoch_is_progress() -> None:
+    val = f"{VAL}: 100% ━━━━━━━━━━━━ 1/1 12it/s"
+    train = "        {}/50      1.2G      1.234      2.345      1.456         16        640: 100% ━━━━━━━━━━━━ 4/4 9.8it/s"
+    assert [(b["phase"], b["epoch"]) for b in beats([train.format(1), val, train.format(2), val])] == [
+        ("train", 1),
+        ("val", 1),
+        ("train", 2),
+        ("val", 2),
+    ]
+
+
+def test_a_beat_gives_the_supervisor_its_place() -> None:
+    beat = beats(["Epoch 3:  45%|████▌     | 45/100 [00:04<00:05, 9.80it/s]"])[0]
+    assert position(beat) == "phase train, epoch 3 batch 45"
+    assert position(beats(["step=1200 loss=0.1"])[0]) == "step 1200"
+
+
+def test_tracks_are_bounded() -> None:
+    progress = OutputProgress()
+    labels = [f"bar {chr(65 + i // 26)}{chr(65 + i % 26)}" for i in range(MAX_TRACKS + 1)]
+    for label in labels:
+        assert progress.observe(f"{label}: 50%|█████     | 1/2 [00:00<00:00]", 0.0) is not None
+    # the first track was forgotten, so its reading is news again; the last one is remembered
+    assert progress.observe(f"{labels[0]}: 50%|█████     | 1/2 [00:00<00:00]", 1.0) is not None
+    assert progress.observe(f"{labels[-1]}: 50%|█████     | 1/2 [00:00<00:00]", 1.0) is None
+
+
+def test_how_to_give_progress_is_one_line() -> None:
+    assert "\n" not in HOW_TO_GIVE_PROGRESS and "--progress-pattern" in HOW_TO_GIVE_PROGRESS
+    assert len(describe().splitlines()) == len(PATTERNS)
+
+
+# -- user patterns ----------------------------------------------------------------------------------------------
+
+
+def test_a_user_pattern_comes_before_the_built_ins() -> None:
+    progress = OutputProgress(with_user_patterns([r"img (?P<step>\d+) done"]))
+    assert progress.observe("img 7 done, step 3", 0.0) == {"step": 7, "pattern": "user"}
+    assert progress.observe("Epoch 1:  45%|████▌     | 45/100 [00:04<00:05]", 1.0) is not None  # built-ins still read
+
+
+def test_a_user_pattern_with_total_and_phase() -> None:
+    pattern = user_pattern(r"\[(?P<phase>train|valid)\] (?P<batch>\d+)/(?P<total>\d+) in epoch (?P<epoch>\d+)")
+    reading = read("[valid] 3/40 in epoch 2", [pattern])
+    assert reading is not None
+    assert (reading.phase, reading.batch, reading.batches, reading.epoch, reading.epochs) == ("val", 3, 40, 2, None)
+    only_epochs = read("round 4 of 9", [user_pattern(r"round (?P<epoch>\d+) of (?P<total>\d+)")])
+    assert only_epochs is not None and (only_epochs.epoch, only_epochs.epochs) == (4, 9)
+
+
+def test_a_user_pattern_that_captures_no_number_reads_nothing() -> None:
+    assert read("step abc", [user_pattern(r"step (?P<step>\w+)")]) is None
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("step (?P<step>\\d+", "not a regular expression"),
+        ("(?P<setp>\\d+)", "unknown group 'setp'"),
+        ("step \\d+", "no counter in it"),
+        ("(?P<step>\\d*)", "matches an empty line"),
+    ],
+)
+def test_a_bad_user_pattern_is_refused_in_one_line(text: str, says: str) -> None:
+    with pytest.raises(ProgressPatternError) as refused:
+        with_user_patterns([r"(?P<step>\d+)", text])
+    assert isinstance(refused.value, errors.UserError) and refused.value.code == errors.ExitCode.USAGE
+    line = errors.line(refused.value)
+    assert "\n" not in line and says in line and line.startswith("trainbox: error: --progress-pattern ")
+
+
+# -- recorded real programs -------------------------------------------------------------------------------------
+
+
+def recorded(name: str) -> List[Dict[str, Any]]:
+    """The beats a run of the fixture ``name`` gives, read from its bytes as the supervisor reads them."""
+    progress, lines = OutputProgress(), TerminalLines()
+    return beats(lines.feed((FIXTURES / f"{name}.raw").read_bytes()), progress)
+
+
+def places(name: str) -> List[tuple]:
+    return [(b.get("phase"), b.get("epoch"), b.get("batch"), b.get("step"), b["pattern"]) for b in recorded(name)]
+
+
+RECORDED = {
+    "tqdm_loop": [("train", 0, 12, None, "tqdm"), ("val", None, None, 3, "tqdm"), ("train", 1, 12, None, "tqdm")],
+    "tqdm_ascii": [("train", 0, 8, None, "tqdm"), ("val", None, None, 3, "tqdm")],
+    "tqdm_slow": [(None, None, None, 3, "tqdm"), (None, None, None, 5, "tqdm"), (None, None, None, 4, "tqdm")],
+    "rich_progress": [("train", None, None, 100, "rich-percent"), ("train", 1, 15, None, "rich"), ("val", None, None, 5, "rich")],
+    "ultralytics": [
+        ("setup", None, None, 32, "ultralytics"),
+        ("train", 1, 4, None, "ultralytics"),
+        ("val", 1, 1, None, "ultralytics"),
+        ("train", 2, 4, None, "ultralytics"),
+        ("val", 2, 1, None, "ultralytics"),
+    ],
+    "lightning_tqdm": [
+        ("val", None, None, 2, "tqdm"),
+        ("train", 0, 20, None, "tqdm"),
+        ("val", None, None, 4, "tqdm"),
+        ("train", 1, 20, None, "tqdm"),
+    ],
+    "lightning_rich": [("train", 0, 20, None, "rich"), ("train", 1, 20, None, "rich"), ("val", None, None, 1, "rich")],
+    "keras": [(None, 1, 40, None, "keras"), (None, 2, None, None, "keras"), (None, 2, 40, None, "keras")],
+    "hf_trainer": [
+        (None, None, None, 8, "tqdm"),
+        (None, 0.5, None, None, "hf-log"),
+        ("val", 1, None, None, "hf-log"),
+        (None, None, None, 16, "tqdm"),
+        ("val", 2, None, None, "hf-log"),
+    ],
+    "pytorch_examples": [
+        ("train", 1, 512, None, "pytorch-examples"),
+        ("train", 2, 512, None, "pytorch-examples"),
+        ("val", 1, 3, None, "pytorch-examples"),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_recorded_output_advances_through_its_places(name: str) -> None:
+    seen = places(name)
+    assert set(RECORDED[name]) <= set(seen), f"{name}: missing {set(RECORDED[name]) - set(seen)}"
+
+
+def test_recorded_output_is_what_a_terminal_gets() -> None:
+    for name in RECORDED:
+        raw = (FIXTURES / f"{name}.raw").read_bytes()
+        assert b"\r" in raw or name == "pytorch_examples", name
+    for name in ("ultralytics", "rich_progress", "keras", "lightning_rich"):
+        assert b"\x1b[" in (FIXTURES / f"{name}.raw").read_bytes(), name
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_the_tail_is_the_same_however_the_bytes_are_cut(name: str) -> None:
+    raw = (FIXTURES / f"{name}.raw").read_bytes()
+    whole = TerminalLines()
+    whole.feed(raw)
+    for size in (1, 7, 513):
+        cut = TerminalLines()
+        for start in range(0, len(raw), size):
+            cut.feed(raw[start : start + size])
+        assert cut.tail(20) == whole.tail(20), (name, size)

@@ -1,0 +1,1 @@
+"""Notifications: the person's own command, run on the events they care about."""

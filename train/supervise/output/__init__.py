@@ -1,0 +1,1 @@
+"""Reading a command's output: the pseudo-terminal, its lines, and the progress counters they show."""
