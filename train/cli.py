@@ -221,7 +221,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _health(args: argparse.Namespace) -> int:
     from trainbox.supervise.health import Notify, check
-    from trainbox.supervise.notify.notifier import parse_command, parse_events
+    from trainbox.supervise.notify.events import parse_command, parse_events
 
     tell = Notify(parse_command(args.notify) if args.notify else (), parse_events(args.notify_on))
     healthy, why = check(args.run_dir, act=args.act, tell=tell)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.supervise.notify.test_notifier import Failures
 from tests.supervised import REPO, program
-from trainbox.supervise.notify import notifier as notify
+from trainbox.supervise.notify import events
 from trainbox.supervise.notify.notifier import Notifier
 
 EXAMPLES = REPO / "examples" / "notify"
@@ -60,9 +60,9 @@ def http_server() -> Iterator[Tuple[str, Requests]]:
 
 def deliver(command: List[str], event: dict, env: Dict[str, str]) -> Failures:
     failures = Failures()
-    notifier = Notifier(command, notify.DEFAULT_EVENTS, failures, env=env)
+    notifier = Notifier(command, events.DEFAULT_EVENTS, failures, env=env)
     notifier.send(event)
-    notifier.close(timeout=notify.LIMIT_S + 5)
+    notifier.close(timeout=events.LIMIT_S + 5)
     return failures
 
 

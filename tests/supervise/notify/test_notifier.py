@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests.supervised import REPO, Finished, faulty_child, train_cli, wait_for
+from trainbox.supervise.notify import events
 from trainbox.supervise.notify import notifier as notify
 from trainbox.supervise.notify.notifier import Notifier
 
@@ -185,7 +186,7 @@ def test_close_kills_a_notifier_still_running_and_drops_what_waits(tmp_path: Pat
     started = time.monotonic()
     notifier.close(timeout=0.5)
 
-    assert time.monotonic() - started < notify.LIMIT_S / 2  # bounded by close's timeout, not by the notifier
+    assert time.monotonic() - started < events.LIMIT_S / 2  # bounded by close's timeout, not by the notifier
     wait_for(lambda: group_gone(group), 5, "the killed group to be gone")  # its orphaned sleep is init's to reap
     assert failures.kinds() == ["timeout", "dropped"]
     assert "the run ended" in failures.seen[0][1] and "notification of exit dropped" in failures.seen[1][1]
@@ -235,28 +236,28 @@ def test_under_a_subreaper_what_a_notifier_leaves_behind_is_killed_and_reaped() 
     ],
 )
 def test_notify_on_names_are_read(text: str, expected: set) -> None:
-    assert notify.parse_events(text) == expected
+    assert events.parse_events(text) == expected
 
 
 @pytest.mark.parametrize("text, said", [("give_up,exti", "unknown event 'exti'"), (" , ", "no event named")])
 def test_an_unknown_notify_on_name_is_one_line(text: str, said: str) -> None:
     with pytest.raises(ValueError) as error:
-        notify.parse_events(text)
+        events.parse_events(text)
     message = str(error.value)
     assert said in message and "choose from stall,restart,give_up" in message
     assert "\n" not in message
 
 
 def test_the_default_events_are_the_ones_a_person_must_hear_of() -> None:
-    assert sorted(notify.DEFAULT_EVENTS) == ["exit", "give_up", "supervisor_hung"]
-    assert notify.DEFAULT_EVENTS.issubset(notify.NOTIFY_EVENTS)
+    assert sorted(events.DEFAULT_EVENTS) == ["exit", "give_up", "supervisor_hung"]
+    assert events.DEFAULT_EVENTS.issubset(events.NOTIFY_EVENTS)
 
 
 def test_a_notify_command_is_split_as_a_shell_would_and_run_without_one() -> None:
-    assert notify.parse_command("examples/notify/ntfy.sh 'my topic'") == ["examples/notify/ntfy.sh", "my topic"]
+    assert events.parse_command("examples/notify/ntfy.sh 'my topic'") == ["examples/notify/ntfy.sh", "my topic"]
     for bad, said in (("ntfy.sh 'unclosed", "quote it as for a shell"), ("  ", "needs a command")):
         with pytest.raises(ValueError, match=said):
-            notify.parse_command(bad)
+            events.parse_command(bad)
 
 
 def descendants_in(group: int) -> List[int]:

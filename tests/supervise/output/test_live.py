@@ -23,7 +23,7 @@ from trainbox.supervise.output.terminal import TerminalLines, open_pty
 
 pytest.importorskip("tqdm")
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 LOOP = FIXTURES / "output" / "programs" / "tqdm_loop.py"
 #: How long the hung loop is watched after it stops: 25 of its chatter lines, 100 of its steps had it gone on.
 HUNG_WATCH_S = 2.5

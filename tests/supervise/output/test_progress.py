@@ -25,7 +25,7 @@ from trainbox.supervise.output.progress import (
 from trainbox.supervise.output.terminal import TerminalLines
 from trainbox.supervise.policy import position
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "output"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "output"
 #: Ultralytics' validation bar's label (``DetectionValidator.get_desc``).
 VAL = "                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95)"
 

@@ -22,7 +22,7 @@ from tests.supervised import Finished, survivors, train_cli
 from trainbox.errors import ExitCode
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PROGRAMS = FIXTURES / "output" / "programs"
 #: Budgets every program here outlasts: it runs for longer than each of them (sleeping, mostly: an idle tree), so
 #: only its progress keeps it alive.

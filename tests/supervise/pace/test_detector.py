@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainbox.supervise.pace import detector as pace
 from trainbox.supervise.pace.detector import PaceDetector, check_slow_ratio, measured_phase
 
 T0 = 1_700_000_000.0
@@ -88,9 +89,9 @@ def test_a_slowdown_is_found_within_the_goal(factor: float, goal_s: float, rate:
         assert kinds(events) == ["slow"], f"seed {seed}"
         slow = events[0]
         assert slow["ts"] - (T0 + change_s) <= goal_s
-        assert abs(slow["since_ts"] - (T0 + change_s)) <= 2 * detector.BLOCK_S + 1 / rate * factor * 1.3
+        assert abs(slow["since_ts"] - (T0 + change_s)) <= 2 * pace.BLOCK_S + 1 / rate * factor * 1.3
         # Measured from the change on: a few blocks, the first of which may hold a step or two from before it.
-        assert slow["ratio"] <= 1 / detector.DEFAULT_SLOW_RATIO and slow["ratio"] == pytest.approx(1 / factor, rel=0.3)
+        assert slow["ratio"] <= 1 / pace.DEFAULT_SLOW_RATIO and slow["ratio"] == pytest.approx(1 / factor, rel=0.3)
         assert slow["baseline_rate"] == pytest.approx(rate, rel=0.1)
         assert slow["rate"] == pytest.approx(slow["ratio"] * slow["baseline_rate"], rel=0.01)
         assert slow["phase"] == "train"
