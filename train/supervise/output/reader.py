@@ -12,30 +12,151 @@ reading). So a reader that goes away only ends the echo, a failed log write lose
 cannot be read ends the reading for the attempt, never the draining. The log is opened through
 :mod:`trainbox.rundir.safe`: a ``logs`` link or a FIFO in its place is refused, said in one line, and the output is
 then only echoed and read.
+
+Two things follow from the rule:
+
+* **The echo never holds up the reading.** A terminal that stops reading (Ctrl-S, an SSH client asleep, ``| less``
+  left on its first page) blocks whoever writes to it. So the reading thread only hands each chunk to the
+  supervisor's one :class:`Echo` (a thread of its own behind a buffer of :data:`ECHO_BUFFER_BYTES`): when the
+  buffer is full the chunk is not echoed, its bytes are counted, and the echo says once, when it can write again,
+  how much it left out (all of it is in the attempt's log). The child is drained, logged and read meanwhile.
+* **A reader owns its file descriptors.** The reading thread closes the child's output and the log itself, as it
+  ends; :meth:`OutputTee.close` only asks it to end (through a pipe of its own that wakes it) and waits a while.
+  A reader that cannot end in time (a log write stuck on a hung disk) still holds its descriptors, so it can
+  never read or write a number the kernel has given to the next attempt's output or log.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import select
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Deque, List, Optional
 
 from trainbox.errors import say
 from trainbox.rundir.safe import Open, RunFiles
 from trainbox.supervise.output.progress import OutputProgress
 from trainbox.supervise.output.terminal import TAIL_LINES, TerminalLines
 
+#: Bytes of the child's output that may wait for a slow or stopped terminal: a few screens of a chatty program,
+#: seconds of a bar's redraws. Past it the output is still logged and read, only not echoed.
+ECHO_BUFFER_BYTES = 4 * 2**20
+#: How long :meth:`OutputTee.close` waits for the reader to end (it drains what is left, then closes its fds).
+CLOSE_WAIT_S = 2.0
+#: One read of the child's output (a pty's buffer is 4 KiB to 64 KiB).
+READ_BYTES = 65536
+#: Reads taken after :meth:`OutputTee.close` asked the reader to end: what the child left in its terminal's buffer
+#: (64 KiB at most on Linux), and not forever when a process outside the ended tree keeps writing.
+DRAIN_READS = 64
+
+
+class Echo:
+    """The supervisor's stdout, written by one thread of its own from a bounded buffer (see the module docstring).
+
+    :meth:`put` never blocks. ``dropped`` counts the bytes that found the buffer full; the first drop is said at
+    once (by a thread of its own: stderr may be the same stopped terminal), and their count once the echo writes
+    again.
+    """
+
+    def __init__(self, fd: int, limit: int = ECHO_BUFFER_BYTES) -> None:
+        self.fd = fd
+        self.limit = limit
+        self.dropped = 0
+        self._counted = False
+        self._chunks: Deque[bytes] = collections.deque()
+        self._size = 0
+        self._on = True
+        self._ready = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+
+    def put(self, chunk: bytes) -> None:
+        """Echo ``chunk`` when the buffer has room for it; count it as dropped when not."""
+        with self._ready:
+            if not self._on:
+                return
+            if self._size + len(chunk) > self.limit:
+                if not self.dropped:
+                    _say_aside(NOT_ECHOED)
+                self.dropped += len(chunk)
+                return
+            self._chunks.append(chunk)
+            self._size += len(chunk)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_all, name="echo", daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def _write_all(self) -> None:
+        while True:
+            with self._ready:
+                while not self._chunks:
+                    self._ready.wait()
+                chunk = self._chunks.popleft()
+                self._size -= len(chunk)
+            written = self._write(chunk)
+            with self._ready:
+                self._on = self._on and written
+                dropped, counted = self.dropped, self._counted
+                self._counted = counted or dropped > 0
+            if dropped and not counted:
+                say(f"{dropped} bytes of the child's output were not echoed while stdout was not read (all are logged)")
+
+    def _write(self, chunk: bytes) -> bool:
+        """Write ``chunk`` to the echo's descriptor; False when it is gone (then it is /dev/null from now on).
+
+        Not through ``sys.stdout.buffer``: a write blocked there holds the buffer's lock, and the interpreter aborts
+        at exit when a daemon thread holds it ("could not acquire lock ... at interpreter shutdown").
+        """
+        try:
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(self.fd, view) :]
+            return True
+        except (OSError, ValueError):  # EPIPE, EIO from a hung-up terminal; ValueError: stdout was closed
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)  # not the run directory: /dev/null
+                os.dup2(devnull, self.fd)
+                os.close(devnull)
+            return False
+
+
+#: Said once when the echo first has to leave output out.
+NOT_ECHOED = (
+    "stdout is not being read (a paused terminal, an unread pipe): the child's output is not echoed while it is not; "
+    "it is still read and logged in full"
+)
+
+
+def _say_aside(line: str) -> None:
+    """Say ``line`` from a thread of its own: a stderr on a stopped terminal blocks its writer, and that must not be the
+    reader of the child's output."""
+    threading.Thread(target=say, args=(line,), name="echo-notice", daemon=True).start()
+
+
+_ECHO: Optional[Echo] = None
+_ECHO_LOCK = threading.Lock()
+
+
+def stdout_echo() -> Echo:
+    """The process's one :class:`Echo`: every attempt's output goes to the same stdout, in the order it came."""
+    global _ECHO
+    with _ECHO_LOCK:
+        if _ECHO is None:
+            _ECHO = Echo(sys.stdout.fileno())
+        return _ECHO
+
 
 class OutputTee:
     """Copies the child's output to our stdout and a log file, and reads it as display lines (see the module).
 
     ``stream`` is a pipe or a pseudo-terminal's master (read until EOF or EIO, which a pty's master returns once
-    every process holding its slave is gone). ``progress`` is given every display state with the monotonic time
-    it was read.
+    every process holding its slave is gone); the reader closes it, and the log, as it ends. ``progress`` is given
+    every display state with the monotonic time it was read.
     """
 
     def __init__(
@@ -49,28 +170,65 @@ class OutputTee:
         if opened.refused is not None:
             say(f"{opened.refused.line(log_path)}: the child's output of this attempt is not logged")
         self._log_failing = False
-        self._echo = echo
+        self._echo = stdout_echo() if echo else None
         self.lines = TerminalLines()
         self._progress = progress
         self._reading = True
         #: When the child last showed a new display state (monotonic seconds), None before its first.
         self.last_output: Optional[float] = None
+        # close() writes a byte here to wake the reader (and closes this write end); the reader closes the read end.
+        self._wake_r, self._wake_w = os.pipe()
+        self._closing = False
         self._thread = threading.Thread(target=self._pump, name="child-output", daemon=True)
         self._thread.start()
 
     def _pump(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._fd, 65536)
-            except OSError:
-                return  # a pty whose slave every process has closed (EIO), or our end closed after a timeout
-            if not chunk:
-                return
-            if self._reading:
-                self._read(chunk)
-            self._write_log(chunk)
-            if self._echo:
-                self._write_stdout(chunk)
+        try:
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+            while self._take(self._chunk(poller, None)):
+                pass
+            for _ in range(DRAIN_READS):  # asked to end: what the child wrote before is kept
+                if not self._take(self._chunk(poller, 0)):
+                    break
+        finally:
+            self._release()
+
+    def _chunk(self, poller: select.poll, timeout_ms: Optional[int]) -> Optional[bytes]:
+        """The next chunk of the child's output, waiting up to ``timeout_ms`` (None: until it comes or close() asks);
+        None at its end (EOF, EIO), when close() asked, or when none came in time."""
+        while not (self._closing and timeout_ms is None):
+            ready = {fd for fd, _ in poller.poll(timeout_ms)}
+            if self._fd in ready:
+                try:
+                    return os.read(self._fd, READ_BYTES) or None
+                except OSError:
+                    return None  # a pty whose slave every process has closed (EIO)
+            if timeout_ms is not None:
+                return None
+        return None
+
+    def _take(self, chunk: Optional[bytes]) -> bool:
+        """Read, log and echo ``chunk``; False at the end of the output."""
+        if chunk is None:
+            return False
+        if self._reading:
+            self._read(chunk)
+        self._write_log(chunk)
+        if self._echo is not None:
+            self._echo.put(chunk)
+        return True
+
+    def _release(self) -> None:
+        """The reader's last act: its descriptors are closed by it, so none outlives it or is used after its close
+        (the wake-up pipe's write end is close()'s)."""
+        with contextlib.suppress(OSError):
+            self._stream.close()
+        for fd in (self._log, self._wake_r):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _read(self, chunk: bytes) -> None:
         now = time.monotonic()
@@ -100,17 +258,6 @@ class OutputTee:
             return
         self._log_failing = False
 
-    def _write_stdout(self, chunk: bytes) -> None:
-        try:
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-        except (OSError, ValueError):  # EPIPE, EIO from a hung-up terminal; ValueError: stdout was closed
-            self._echo = False
-            with contextlib.suppress(OSError, ValueError):
-                devnull = os.open(os.devnull, os.O_WRONLY)  # not the run directory: /dev/null
-                os.dup2(devnull, sys.stdout.fileno())
-                os.close(devnull)
-
     def tail_lines(self, count: int) -> List[str]:
         """The last ``count`` display lines, a bar's last state included."""
         return self.lines.tail(count)
@@ -120,7 +267,11 @@ class OutputTee:
         return "\n".join(self.lines.tail(TAIL_LINES)) + "\n"
 
     def close(self) -> None:
-        self._thread.join(timeout=2.0)
-        self._stream.close()
-        if self._log is not None:
-            os.close(self._log)
+        """Ask the reader to end: it reads what the child already wrote, then closes its descriptors itself."""
+        if self._closing:
+            return
+        self._closing = True
+        with contextlib.suppress(OSError):  # EPIPE: the reader already ended, and closed the read end
+            os.write(self._wake_w, b"x")
+        os.close(self._wake_w)
+        self._thread.join(timeout=CLOSE_WAIT_S)
