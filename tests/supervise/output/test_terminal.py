@@ -18,6 +18,7 @@ from trainbox.supervise.output.terminal import (
     DEFAULT_ROWS,
     MAX_ESCAPE_CHARS,
     MAX_LINE_CHARS,
+    REDRAW_WORK_PER_CHAR,
     TerminalLines,
     open_pty,
     window_size,
@@ -73,6 +74,33 @@ def test_cursor_up_returns_to_the_line_above_to_redraw_it() -> None:
     lines.feed(b"Epoch 1 0/15\nValidation 0/5")
     lines.feed(b"\r\x1b[2K\x1b[1A\x1b[2KEpoch 1 15/15\nValidation 5/5")
     assert lines.tail(5) == ["Epoch 1 15/15", "Validation 5/5"]
+
+
+class Counted(TerminalLines):
+    """TerminalLines that counts its work: the characters of every line it lays out again from its cells."""
+
+    made = 0
+
+    def _text(self) -> str:
+        if self._shown is None:
+            self.made += len(self._line)
+        return super()._text()
+
+
+@pytest.mark.parametrize("above", [0, 30], ids=["no line above", "30 long lines above"])
+@pytest.mark.parametrize("up", [b"\x1b[A", b"\x1b[F", b"\x1b[3A"])
+def test_cursor_up_after_a_long_line_costs_what_the_bytes_asking_for_it_pay(up: bytes, above: int) -> None:
+    lines = Counted()
+    data = (b"y" * MAX_LINE_CHARS + b"\n") * above + b"x" * MAX_LINE_CHARS + up * 20_000
+    for start in range(0, len(data), 65536):  # as the reader feeds it
+        lines.feed(data[start : start + 65536])
+    chunks = -(-len(data) // 65536)
+    # a line each time would be 20,000 x 4 KiB: 82 M characters for 64 KiB of cursor-ups
+    assert lines.made <= REDRAW_WORK_PER_CHAR * len(data) + 2 * MAX_LINE_CHARS * chunks, lines.made
+
+
+def test_erase_to_the_start_of_a_line_from_its_end_blanks_it() -> None:
+    assert fed(b"abc\x1b[1KZ\n", b"abcdef\x1b[1K\x1b[1K\x1b[2DZ\n") == ["abc", "   Z", "abcdef", "    Z"]
 
 
 def test_tail_counts_only_nonblank_lines() -> None:

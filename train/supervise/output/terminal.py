@@ -39,7 +39,7 @@ How the supervisor uses it with :class:`subprocess.Popen`::
   the parent must close its copy of the slave, or the master never reads EIO.
   A descendant that outlives the child and keeps the slave open (a daemon, an
   orphaned worker) keeps the master open too: the reader must also stop when the
-  supervisor ends the tree (``OutputTee.close`` already joins with a timeout).
+  supervisor ends the tree (``OutputTee.close`` wakes it, and it closes the master itself).
 * Output post-processing turns LF into CR LF on a terminal (``ONLCR``); it is
   switched off so the log keeps the bytes the program wrote. The supervisor's
   own terminal adds its CR when it echoes them.
@@ -234,8 +234,12 @@ class TerminalLines:
             if mode == 0:
                 del self._line[self._cursor :]
             elif mode == 1:
-                end = min(self._cursor + 1, len(self._line))  # the cursor's own cell included (ECMA-48)
-                self._line[:end] = " " * end
+                end = self._cursor + 1  # the cursor's own cell included (ECMA-48)
+                if end >= len(self._line) or self._work_left <= 0:
+                    self._line = []  # all of it blank; past the chunk's budget a hostile stream loses the rest too
+                else:
+                    self._line[:end] = " " * end
+                    self._work_left -= end
             else:
                 self._line = []
             self._shown = None
@@ -252,13 +256,16 @@ class TerminalLines:
     def _up(self, count: int, keep_column: bool) -> None:
         """Cursor up ``count`` rows: the line above becomes the one being drawn (the current one is left behind)."""
         self._report()
-        for _ in range(min(count, len(self._finished))):
+        self._cursor = min(self._cursor, MAX_LINE_CHARS) if keep_column else 0
+        moved = min(count, len(self._finished))
+        if not moved:
+            return  # already on the top line kept: the line stays as it is, and costs nothing more
+        for _ in range(moved):
             above = self._finished.pop()
             self._line = list(above) if self._work_left > 0 else []  # past the chunk's budget: redrawn blank
             self._work_left -= len(above)
         self._shown = None
-        self._reported = self._text()
-        self._cursor = min(self._cursor, MAX_LINE_CHARS) if keep_column else 0
+        self._reported = self._text()  # the line restored: as long as its copy, which the budget paid for
 
     def _end_line(self) -> None:
         self._report(redraw=False)
