@@ -110,6 +110,13 @@ CHATTER = [
     "lr=0.01 steps_per_epoch=100 warmup_steps=10",
     "12:03:45 INFO step size 0.1",
     "40/40 images done",
+    "[timing] ms/step: 530, avg step: 1.23s",  # a timing thread: a rate and a measure, never a step
+    "avg step: 1.23s",
+    "step: 530ms",
+    "time per iter: 12",
+    "12 s/iter, step time 0.5",
+    "step 100 %",
+    "epoch: 0.625",
     "",
 ]
 

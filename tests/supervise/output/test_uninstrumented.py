@@ -97,6 +97,19 @@ def test_the_same_lines_stopping_while_a_thread_chatters_are_a_stall(tmp_path: P
     assert tail[-3:] == ["GPU memory 5.1 GB"] * 3, "the thread kept printing, and that was not progress"
 
 
+def test_a_loop_hung_at_step_30_while_a_thread_prints_its_timing_is_found_by_its_budget(tmp_path: Path) -> None:
+    # "[timing] ms/step: 530, avg step: 0.53s" every 0.5 s, numbers moving: neither is a step, so the silence goes on
+    loop = program("timing_loop.py", "--steps", "40", "--delay", "0.05", "--every", "0.5")
+    options = ["--startup-timeout", "10", "--stall-timeout", "5", "--grace", "1", "--backoff", "0.1"]
+    result = supervise(tmp_path, loop, options=options, fault="sleep@output,attempt=0,lines>=31")
+    assert result.code == ExitCode.OK, result.stderr
+    assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
+    stall = result.of("stall")[0]
+    assert (stall["budget"], stall["at"], stall["last_beat"]["pattern"]) == ("stall", "step 30", "words"), stall
+    tail = (result.incident() / "output-tail.txt").read_text()
+    assert tail.count("[timing] ms/step") >= 5, "the thread went on printing through the silence"
+
+
 def test_a_command_with_no_counter_is_told_how_to_give_progress_and_not_called_misconfigured(tmp_path: Path) -> None:
     chatty = [sys.executable, "-c", "import time\nwhile True:\n    print('still working', flush=True)\n    time.sleep(0.2)"]
     result = supervise(tmp_path, chatty, options=["--startup-timeout", "3", *SHORT[2:]])

@@ -31,7 +31,9 @@ matches wins (:func:`describe` lists them with a sample line each):
   imagenet ``Epoch: [0][ 10/5005]`` and ``Test: [ 1/196]``);
 * Hugging Face Trainer's log dicts (``{'loss': 0.69, ..., 'epoch': 0.5}``);
 * words: ``global_step N``, ``iteration N``, ``iter N``, ``step N`` (with
-  ``=``/``:``/``/total``), and ``epoch N`` alone.
+  ``=``/``:``/``/total``), and ``epoch N`` alone; not a rate's unit
+  (``ms/step: 530``, ``time per iter: 12``) nor a measure (``avg step: 1.23s``,
+  ``step: 530ms``): a timing thread's lines are chatter.
 
 A user's ``--progress-pattern REGEX`` (:func:`user_pattern`) is tried before
 them. The phase is taken from a bar's own label, never from the rest of the
@@ -213,6 +215,12 @@ def _counted(name: str, label: str, count: Optional[int], total: Optional[int]) 
 _BAR = "━─╸╺"  # the bar characters of Ultralytics, rich and Keras 3 (colour tells done from to-do, and is stripped)
 _COUNT = r"\d+(?:\.\d+)?[kKMGT]?"  # tqdm's n_fmt, unit-scaled or not
 _ULTRALYTICS_EPOCH = re.compile(r"^\s*(\d+)/(\d+)\s+\S+\s")
+_STEP_WORDS = r"global[_ ]step|iteration|iter|step"
+#: A word after ``/`` or ``per`` is a rate's unit (``ms/step: 530``, ``time per iter: 12``), not a counter's name.
+_NOT_A_RATE = r"(?<!/)(?<!per )"
+#: A number with a fraction or a unit after it is a measure (``avg step: 1.23s``, ``step: 530ms``, ``iter 3 GB``),
+#: not a count; the digit excluded first keeps the regex from backing off to a shorter number (``53`` of ``530ms``).
+_NOT_A_MEASURE = r"(?!\d|[.,]\d|\s*(?:%|(?:[mµun]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|[kKMGT]i?B|x)\b))"
 
 
 def _ultralytics(match: re.Match[str]) -> Optional[Reading]:
@@ -350,14 +358,14 @@ PATTERNS: Tuple[LinePattern, ...] = (
     ),
     LinePattern(
         "words",
-        re.compile(r"\b(?:global[_ ]step|iteration|iter|step)\b\s*(?:[:=#]\s*)?(?P<n>\d+)(?:\s*/\s*\d+)?", re.I),
+        re.compile(rf"{_NOT_A_RATE}\b(?:{_STEP_WORDS})\b\s*(?:[:=#]\s*)?(?P<n>\d+){_NOT_A_MEASURE}(?:\s*/\s*\d+)?", re.I),
         _step_words,
         "a line naming its step: global_step, iteration, iter or step, then the number",
         "step=1200 loss=0.173",
     ),
     LinePattern(
         "words",
-        re.compile(r"\bepoch\b\s*(?:[:=#]\s*)?(?P<epoch>\d+)(?:\s*/\s*(?P<epochs>\d+))?", re.I),
+        re.compile(rf"{_NOT_A_RATE}\bepoch\b\s*(?:[:=#]\s*)?(?P<epoch>\d+){_NOT_A_MEASURE}(?:\s*/\s*(?P<epochs>\d+))?", re.I),
         _epoch_words,
         "a line naming its epoch, and no step",
         "=> epoch 3 done, val mAP 0.41",
