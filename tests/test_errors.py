@@ -1,4 +1,4 @@
-"""trainbox.errors: the one set of exit statuses and the one error line, as the README states them."""
+"""trainbox.errors: the one set of exit statuses and the one error line, as the docs state them (docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from tests.paths import REPO
 from trainbox import errors
 from trainbox.errors import ExitCode, UserError
 
-README = REPO / "README.md"
+CONTRACT = REPO / "docs" / "contract.md"
 
 
-def test_readme_exit_statuses_are_exit_code() -> None:
-    text = " ".join(README.read_text().split())
+def test_the_documented_exit_statuses_are_exit_code() -> None:
+    text = " ".join(CONTRACT.read_text().split())
     sentence = re.search(r"\*\*Exit status\*\* \(`trainbox.errors.ExitCode`, the one definition\): ([^*]+?)\. Every", text)
-    assert sentence, "the README's exit status sentence names ExitCode"
+    assert sentence, "the contract's exit status sentence names ExitCode"
     documented = [int(n) for n in re.findall(r"(?:^|; )(\d+) ", sentence.group(1))]
     assert documented == [int(code) for code in ExitCode]
     assert "128+N stopped by signal N" in sentence.group(1)

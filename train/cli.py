@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="YAML rungs from fast to careful ({name, args, env}): each attempt appends its rung's args to CMD and "
-        "adds its env; a stall steps down by its cause (README: 'A ladder for any command')",
+        "adds its env; a stall steps down by its cause (docs/your-own-script.md: 'A ladder for any command')",
     )
 
     run = sub.add_parser("run", help="supervised Ultralytics training with a profile")

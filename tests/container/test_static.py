@@ -350,15 +350,6 @@ def test_compose_interpolation() -> None:
     assert compose.parse_duration("1m30s") == 90.0
 
 
-def test_ci_runs_the_readmes_test_command() -> None:
-    """.ci/run ends in the command README.md's Tests section gives (plus -ra, pytest's summary of what did not pass)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Tests") :]
-    command = section.split("```sh\n", 1)[1].split("\n", 1)[0]
-    last = [line for line in (ROOT / ".ci/run").read_text().splitlines() if line.strip()][-1]
-    assert last == f"{command} -ra", (command, last)
-
-
 # -- telling the person and their tools (issue 31) -----------------------------------------------------------------------------
 def test_the_metrics_service_serves_one_run_read_only_on_loopback() -> None:
     from trainbox.cli import build_parser

@@ -1,4 +1,4 @@
-"""events.jsonl: the README's table of events and ``trainbox.rundir.events.EVENTS`` name the same events."""
+"""events.jsonl: the documented table of events (docs/contract.md) and ``trainbox.rundir.events.EVENTS`` name the same events."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from tests.supervised import REPO
 from trainbox.rundir.events import EVENTS, device_fields
 
 
-def test_readme_documents_every_event_and_no_other() -> None:
-    text = (REPO / "README.md").read_text()
+def test_the_docs_document_every_event_and_no_other() -> None:
+    text = (REPO / "docs" / "contract.md").read_text()
     table = text.split("**`events.jsonl`**", 1)[1].split("\n\n")[1]
     documented = re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE)
     assert sorted(documented) == sorted(EVENTS)

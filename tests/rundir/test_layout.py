@@ -1,4 +1,4 @@
-"""The run directory: the README's layout table and ``RunDir`` name the same paths, and only RunDir spells them."""
+"""The run directory: the table in docs/contract.md and ``RunDir`` name the same paths, and only RunDir spells them."""
 
 from __future__ import annotations
 
@@ -14,24 +14,24 @@ from tests.paths import REPO
 from trainbox.rundir.layout import IncidentDir, RunDir
 
 
-def readme_layout() -> List[str]:
-    """The paths of the README's run-directory table (section "Training runs")."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Training runs") :]
+def documented_layout() -> List[str]:
+    """The paths of the run-directory table (docs/contract.md, section "The run directory")."""
+    text = (REPO / "docs" / "contract.md").read_text()
+    section = text[text.index("## The run directory") :]
     table = section[section.index("| path | what |") :].split("\n\n", 1)[0]
     rows = table.splitlines()[2:]  # the header and its separator
     paths = [re.fullmatch(r"\| `([^`]+)` \| .+ \|", row) for row in rows]
-    assert all(paths), f"unexpected row in the README's layout table: {rows}"
+    assert all(paths), f"unexpected row in the documented layout table: {rows}"
     return [match.group(1) for match in paths if match]
 
 
-def test_readme_layout_table_is_rundirs_entries_both_ways() -> None:
-    documented = readme_layout()
+def test_the_documented_layout_table_is_rundirs_entries_both_ways() -> None:
+    documented = documented_layout()
     named = [path for path, _ in RunDir.entries()]
-    assert len(set(documented)) == len(documented), "a path listed twice in the README's table"
+    assert len(set(documented)) == len(documented), "a path listed twice in the documented table"
     assert len(set(named)) == len(named), "a path named twice in RunDir"
-    assert not set(documented) - set(named), f"in the README's table but not in RunDir: {set(documented) - set(named)}"
-    assert not set(named) - set(documented), f"in RunDir but not in the README's table: {set(named) - set(documented)}"
+    assert not set(documented) - set(named), f"in the documented table but not in RunDir: {set(documented) - set(named)}"
+    assert not set(named) - set(documented), f"in RunDir but not in the documented table: {set(named) - set(documented)}"
 
 
 def test_incident_docstring_lists_every_incident_file() -> None:

@@ -281,11 +281,11 @@ def test_the_systemd_example_restarts_what_docker_would_and_checks_as_often() ->
     assert compose.parse_duration(timer["OnUnitActiveSec"]) == compose.parse_duration(compose.interpolate(interval, {}))
 
 
-def test_the_readme_states_the_bound_and_the_interval() -> None:
-    """How fast a hung supervisor is ended, as the README says it: the setting's default plus compose's interval."""
+def test_the_docs_state_the_bound_and_the_interval() -> None:
+    """How fast a hung supervisor is ended, as docs/hangs.md says it: the setting's default plus compose's interval."""
     interval = yaml.safe_load((REPO / "compose.yaml").read_text())["x-train"]["healthcheck"]["interval"]
     seconds = compose.parse_duration(compose.interpolate(interval, {}))
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join((REPO / "docs" / "hangs.md").read_text().split())
     assert f"**{HUNG_AFTER.default:g} + {seconds:g} s**" in text
     assert f"`--hung-after` seconds (default {HUNG_AFTER.default:g})" in text
     assert f"HEALTHCHECK is `trainbox health --act` every {seconds:g} s" in text

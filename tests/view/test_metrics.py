@@ -494,7 +494,7 @@ def test_serve_ends_on_a_stop_signal(tmp_path: Path) -> None:
         proc.kill()
 
 
-# -- the README's alert rules ---------------------------------------------------------------------------------------------------
+# -- the documented alert rules (docs/watching.md) --------------------------------------------------------------------------
 #: Three runs, a minute apart: one whose progress stopped at 0, one that keeps making progress, one that gave up at 2m.
 RULE_TESTS = """\
 rule_files: [rules.yml]
@@ -525,15 +525,15 @@ tests:
 """
 
 
-def readme_rules() -> str:
-    """The ``yaml`` block of the README's Alerting section."""
-    section = (REPO / "README.md").read_text().split("### Alerting", 1)[1]
+def documented_rules() -> str:
+    """The ``yaml`` block of the Alerting section of docs/watching.md."""
+    section = (REPO / "docs" / "watching.md").read_text().split("### Alerting", 1)[1]
     return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readmes_alert_rules_pass_promtool_and_fire_when_they_should(tmp_path: Path) -> None:
+def test_the_documented_alert_rules_pass_promtool_and_fire_when_they_should(tmp_path: Path) -> None:
     promtool = program("promtool", package="prometheus")
-    (tmp_path / "rules.yml").write_text(readme_rules())
+    (tmp_path / "rules.yml").write_text(documented_rules())
     (tmp_path / "tests.yml").write_text(RULE_TESTS)
     for check in (["check", "rules", "rules.yml"], ["test", "rules", "tests.yml"]):
         done = subprocess.run([promtool, *check], cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -316,7 +316,7 @@ LADDER_POLICY = Setting(
     "--ladder-policy",
     "cost",
     "cost: after a stall or at a checkpoint, the rung expected to finish first (stays on an intermittent hang, "
-    "probes back up); down: a stall moves one rung down for good (README: 'The rung that finishes first')",
+    "probes back up); down: a stall moves one rung down for good (docs/profiles-and-ladders.md: 'The rung that finishes first')",
     choices=("cost", "down"),
 )
 

@@ -378,12 +378,12 @@ HOW_TO_GIVE_PROGRESS = (
     "To give progress, print a counter trainbox reads (tqdm, rich, Ultralytics, Lightning, Hugging Face, Keras or "
     "pytorch/examples bars; 'step N', 'iter N', 'global_step N' lines), pass --progress-pattern REGEX with a "
     "(?P<step>...), (?P<batch>...) or (?P<epoch>...) group, or call trainbox.heartbeat.beat() "
-    "(README: 'Your own training script')."
+    "(docs/your-own-script.md)."
 )
 
 
 def describe(patterns: Sequence[LinePattern] = PATTERNS) -> str:
-    """What is recognised, one pattern a line with a sample (for the README and ``--help``)."""
+    """What is recognised, one pattern a line with a sample (for the docs and ``--help``)."""
     return "\n".join(f"{p.name}: {p.source}, e.g. `{p.sample.strip()}`" for p in patterns)
 
 
