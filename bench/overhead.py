@@ -26,7 +26,7 @@ from typing import Tuple
 from common import REPO, bare_command, cli_env, epoch_seconds, span, summary, write_results
 
 #: The dataset the published figures were measured on (32 + 8 images at 96 px, demo-data's defaults then; the demo's
-#: own grew to 64 + 16 at 64 px so that it learns: README, The demo).
+#: own grew to 64 + 16 at 64 px so that it learns: docs/getting-started.md, The demo).
 MEASURED_DATA = ("--train", "32", "--val", "8", "--imgsz", "96")
 
 

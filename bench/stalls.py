@@ -81,7 +81,7 @@ YOLO_KINDS = {
     "first batch never comes": ("safe", "sleep@worker,attempt=0,train=1,epoch=1", 30),
 }
 #: The dataset the uninstrumented figures were measured on (32 + 8 images, demo-data's counts then, at 64 px; the demo's
-#: own grew to 64 + 16 so that it learns: README, The demo).
+#: own grew to 64 + 16 so that it learns: docs/getting-started.md, The demo).
 MEASURED_DATA = ("--train", "32", "--val", "8", "--imgsz", "64")
 BACKOFF_S = 0.5
 GRACE_S = 2.0

@@ -214,7 +214,7 @@ def train(args: argparse.Namespace) -> int:
             scaler.step(optimizer)
             scaler.update()
             step += 1
-            # The one line. total_steps lets a ladder's policy weigh the work left (README: any command's ladder).
+            # The one line. total_steps lets a ladder's policy weigh the work left (docs/your-own-script.md).
             beat("train", epoch=epoch, batch=batch, step=step, loss=round(loss.item(), 4), total_steps=total_steps)
             faults.point("step", epoch=epoch, step=step)
         beat("save", epoch=epoch, timeout=300)

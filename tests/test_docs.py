@@ -77,7 +77,9 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(f"{REPO} is not a git checkout: the documented commands are tried in a fresh clone of one")
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        # A stash commit needs an author; a CI machine's git may have none configured.
+        identity = ["-c", "user.name=trainbox tests", "-c", "user.email=tests@localhost"]
+        return subprocess.run(["git", *identity, *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 
     commit = git("stash", "create") or git("rev-parse", "HEAD")  # stash create: nothing when the tree is clean
     target = tmp_path_factory.mktemp("clone") / "trainbox"

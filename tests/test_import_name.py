@@ -18,7 +18,7 @@ import pytest
 
 from tests.supervised import SMALL_DEMO_DATA, Finished
 
-#: The most common name there is for a training script, instrumented as the README says.
+#: The most common name there is for a training script, instrumented as docs/your-own-script.md says.
 USER_SCRIPT = """\
 import sys
 import time

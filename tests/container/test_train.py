@@ -42,7 +42,7 @@ def env_with(session_env: Dict[str, str], **values: str) -> Dict[str, str]:
 def test_invoke_train_demo_completes(docker_api, cpu_image, runs_dir: Path, run_name: str, session_env) -> None:
     env = env_with(session_env, TRAINBOX_RUNS_HOST=str(runs_dir))
     started = time.time()
-    # The demo with all its arguments but a shorter schedule (the demo's own is the README's, for a person to watch).
+    # The demo with all its arguments but a shorter schedule (the demo's own is docs/getting-started.md's, for a person to watch).
     given = ["--supervisor", FAST_SUPERVISOR, "--set", "epochs=2"]
     result = invoke(["train", "--profile", "safe", "--flavor", "cpu", "--name", run_name, *given], env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr

@@ -11,7 +11,7 @@ lines, the report's view and its page, ``invoke train``'s restart line and the P
 metrics``: its textfile must stay what node_exporter parses, whatever the run directory holds).
 
 Example counts are sized so that all fuzz tests of the suite (these and tests/rundir/test_safe.py's properties)
-take under two minutes on a 2-core CI machine: see :data:`EXAMPLES` and the README's Tests section.
+take under two minutes on a 2-core CI machine: see :data:`EXAMPLES` and docs/development.md's Tests section.
 """
 
 from __future__ import annotations

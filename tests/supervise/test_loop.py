@@ -423,7 +423,7 @@ def test_the_record_refuses_a_move_the_state_machine_has_not(tmp_path: Path) -> 
 
 
 def test_every_ending_counts_in_its_exit_event(tmp_path: Path) -> None:
-    """Each way to end writes one exit event with the counters, as the README's events table says."""
+    """Each way to end writes one exit event with the counters, as the events table in docs/contract.md says."""
     endings = {
         "ok": [exits(0)],
         "gave_up": [stalls(), stalls()],

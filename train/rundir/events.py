@@ -104,7 +104,7 @@ EVENTS_BYTES = 16 << 20
 #: Records kept of that part (the newest).
 MAX_EVENTS = 100_000
 
-#: Every field the README's events table names that a reader uses, with its kind (the rest pass as they are).
+#: Every field the events table (docs/contract.md) names that a reader uses, with its kind (the rest pass as they are).
 EVENT = Schema(
     {
         "ts": timestamp,

@@ -5,7 +5,7 @@
 ``run.attempt_log(n)``, ``run.stack_dump(pid)``, ``run.rank_heartbeat(rank)``, each with its folder as
 ``.directory``); ``IncidentDir`` names the
 files of one stall report. Each name is declared once, as an ``Entry`` with the
-path as the README writes it (``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` and
+path as docs/contract.md writes it (``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` and
 ``<rank>`` stand for numbers) and one line saying what it holds.
 
 Incidents are never overwritten or deleted: attempts count from 0 again each
@@ -13,7 +13,7 @@ time a run directory is supervised, so a report is named by the supervisor's
 *session* (its start, UTC, as the number ``YYYYMMDDhhmmss``; see
 :meth:`RunDir.new_session`) and the attempt: ``incidents/20261123155507-0/``.
 The names sort in the order the reports were written. ``RunDir.entries()`` lists them;
-``tests/rundir/test_layout.py`` checks the README's run-directory table against that
+``tests/rundir/test_layout.py`` checks docs/contract.md's run-directory table against that
 list both ways, so the table and the code cannot drift apart.
 
 Paths are only named here; they are opened, read, written and deleted through
@@ -42,7 +42,7 @@ MAX_INCIDENTS_LISTED = 1_000_000
 
 
 class Documented:
-    """A path of a layout as the README writes it, and what it holds."""
+    """A path of a layout as the docs write it, and what it holds."""
 
     def __init__(self, path: str, what: str) -> None:
         self.path = path

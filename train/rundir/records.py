@@ -284,7 +284,7 @@ def _local_world_size(value: Any) -> Any:
     return found if found is not UNUSABLE and found <= MAX_LOCAL_RANKS else UNUSABLE
 
 
-#: What the supervisor, ``status`` and ``report`` read of a beat (the README's "A beat"); its metrics pass as they are.
+#: What the supervisor, ``status`` and ``report`` read of a beat (docs/contract.md, "Beats"); its metrics pass as they are.
 BEAT = Schema(
     {
         "ts": timestamp,

@@ -114,7 +114,7 @@ def _deterministic(overrides: Dict[str, Any]) -> Dict[str, Any]:
     """``deterministic=False`` where Ultralytics' default (True) would only warn, unless the user gave ``deterministic=``.
 
     Ultralytics makes training deterministic only on torch >= 2.0; on an older torch (the CPU and ROCm images pin
-    1.13.1, the last that runs on gfx1010: README) its ``deterministic=True`` changes nothing and warns "Upgrade to
+    1.13.1, the last that runs on gfx1010: docs/containers.md) its ``deterministic=True`` changes nothing and warns "Upgrade to
     torch>=2.0.0 for deterministic training" at every attempt, about a version the user did not choose. ``False``
     is what that torch does anyway (``unset_deterministic``: its defaults), and ``args.yaml`` then says so.
     """

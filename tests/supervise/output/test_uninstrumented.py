@@ -161,7 +161,7 @@ LIGHTNING_STALL_S, LIGHTNING_EPOCHS = 20, 12
 
 @pytest.mark.training
 def test_a_lightning_fit_is_not_killed_while_its_bar_moves(tmp_path: Path) -> None:
-    pytest.importorskip("lightning")  # .ci/run installs it (README: Tests); in CI a skip fails
+    pytest.importorskip("lightning")  # .ci/run installs it (docs/development.md: Tests); in CI a skip fails
     fit = program("lightning_fit.py", "--tqdm", "--epochs", str(LIGHTNING_EPOCHS), "--delay", "0.1")
     # Lightning takes 15-30 s to import on 2 busy cores: the startup budget covers that, the bar must do the rest.
     options = ["--startup-timeout", "120", "--stall-timeout", str(LIGHTNING_STALL_S), *SHORT[6:]]

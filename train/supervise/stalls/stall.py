@@ -32,7 +32,7 @@ OUTCOME_KEYS = ("budget", "budget_s", "silent_s", "phase", "incident", "cause", 
 
 @dataclass(frozen=True)
 class StallFindings:
-    """What a stall was: the ``stall`` event's fields before the kill (see the README's events table)."""
+    """What a stall was: the ``stall`` event's fields before the kill (see the events table in docs/contract.md)."""
 
     profile: Optional[str]
     budget: str
