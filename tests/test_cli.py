@@ -1,10 +1,11 @@
-"""``python -m trainbox demo``: the demo's dataset and arguments, assembled for ``run`` (train/cli.py)."""
+"""``python -m trainbox``'s own edges (train/cli.py): the demo's dataset and arguments assembled for ``run``, a forgotten
+``--``, extreme deadlines."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
@@ -20,7 +21,7 @@ def test_demo_trains_its_dataset_with_its_arguments_under_the_users(tmp_path: Pa
         seen["args"] = args
         return 0
 
-    monkeypatch.setattr(cli, "_run", run)
+    monkeypatch.setattr(cli, "_train", run)
     assert cli.main(["demo", "--run-dir", str(tmp_path / "run"), "epochs=2"]) == 0
     data = RunDir(tmp_path / "run").demo_data / "data.yaml"
     assert data.is_file() and seen["args"].profile == "safe"
@@ -40,5 +41,36 @@ def test_demo_refuses_bad_input_before_writing_its_dataset(tmp_path: Path, capsy
     assert cli.main(["demo", "--run-dir", str(tmp_path / "run"), "epochs=abc"]) == 2
     assert capsys.readouterr().err == "trainbox: error: epochs=abc: expected int\n"
     assert cli.main(["demo", "--run-dir", str(tmp_path / "run"), "--profile", "saef"]) == 2
-    assert "unknown profile 'saef'" in capsys.readouterr().err
+    assert "unknown profile 'saef' (did you mean safe?): choose one of " in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_forgotten_double_dash_is_said(capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["supervise", "--stall-timeout", "5", "python", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainbox: error: unrecognized arguments: python train.py") and err.count("\n") == 1
+    assert err.endswith("; put `--` before the command: python -m trainbox supervise [options] -- CMD ...\n")
+
+
+@pytest.mark.parametrize("deadline", ["0001-01-01T00:00+01:00", "0001-01-01T00:00", "9999-12-31T23:59-05:00"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "--run-dir", "{run}"],
+        ["report", "{run}"],
+        ["metrics", "{run}", "--textfile", "{run}/m.prom"],
+        ["supervise", "--run-dir", "{run}"],
+        ["supervise", "--ladder", "{ladder}", "--run-dir", "{run}"],
+    ],
+)
+def test_an_extreme_deadline_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, command: List[str], deadline: str
+) -> None:
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text("rungs:\n  - name: only\n    args: []\n")
+    (tmp_path / "run").mkdir()
+    words = [word.format(run=tmp_path / "run", ladder=ladder) for word in command]
+    assert cli.main([*words, "--deadline", deadline, *(["--", "true"] if words[0] == "supervise" else [])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"'{deadline}': give a date from 1970 to 9998" in err, err
+    assert not (tmp_path / "run" / "events.jsonl").exists()

@@ -1,4 +1,5 @@
-"""The documented commands, run from a user's folder that holds their own ``train.py`` and ``train/`` package.
+"""The documented commands, run from a user's folder that holds their own ``train.py`` and ``train/`` package, and
+a folder named ``trainbox/`` (the clone itself, seen from its parent folder).
 
 The import name is ``trainbox`` (the folder stays ``train/``), and the children trainbox starts itself
 do not have the working directory on sys.path: a decoy ``ultralytics.py`` here would otherwise be
@@ -43,6 +44,7 @@ def user_folder(tmp_path: Path) -> Path:
     (folder / "train.py").write_text(USER_SCRIPT)
     (folder / "train" / "__init__.py").write_text(DECOY.format(what="the user's train/ package"))
     (folder / "ultralytics.py").write_text(DECOY.format(what="ultralytics.py"))
+    (folder / "trainbox" / "env").mkdir(parents=True)  # a clone of trainbox: a folder, no __init__.py
     return folder
 
 

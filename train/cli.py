@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
@@ -20,7 +21,7 @@ from typing import List, NoReturn, Optional, Sequence, Tuple
 from trainbox import errors
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
-from trainbox.rundir import exit_record
+from trainbox.rundir import exit_record, layout, owner
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise.planner import Launch, Planner
 from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, SupervisorSettings
@@ -31,9 +32,9 @@ from trainbox.view import status as run_status
 from trainbox.yolo import kernels
 from trainbox.yolo.demo_data import DEMO_IMAGES, DEMO_TRAIN_ARGS
 
-DEFAULT_RUN_DIR = "runs/trainbox"
-#: Where every route keeps its runs: runs/trainbox (run, supervise), runs/<profile>-<time> (invoke train), runs/demo (compose).
-RUNS_DIR = "runs"
+#: Where every route keeps its runs: runs/<command>-<time> (supervise, run, demo), runs/<profile>-<time> (invoke train),
+#: runs/demo (compose); see trainbox.rundir.layout.
+RUNS_DIR = str(layout.RUNS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,12 +53,16 @@ def _count(text: str) -> int:
 
 
 def _add_supervisor_options(parser: argparse.ArgumentParser, budgets_from_profile: bool) -> None:
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--run-dir",
         type=Path,
-        default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)),
-        help=f"events, heartbeat, incidents and checkpoints go here (default: $TRAIN_RUN_DIR or {DEFAULT_RUN_DIR})",
+        default=Path(os.environ["TRAIN_RUN_DIR"]) if os.environ.get("TRAIN_RUN_DIR") else None,
+        help="events, heartbeat, incidents and checkpoints go here; the same directory again resumes its run "
+        f"(default: $TRAIN_RUN_DIR, else a new {RUNS_DIR}/<command>-<YYYYmmdd-HHMMSS>)",
     )
+    where.add_argument("--name", help=f"the run's name: its directory is {RUNS_DIR}/NAME (the same name again resumes it)")
+    where.add_argument("--resume", action="store_true", help=f"go on with the newest run of the same command under {RUNS_DIR}/")
     add_supervisor_arguments(parser, profile_defaults=budgets_from_profile)
     parser.add_argument("--quiet", action="store_true", help="do not echo the child's output (it is still logged)")
 
@@ -108,7 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_readers(sub: argparse._SubParsersAction[_Parser]) -> None:
     """The commands that read a run directory: health, status, report, metrics."""
     health = sub.add_parser("health", help="exit 0 while the supervised run makes progress within budget")
-    health.add_argument("--run-dir", type=Path, default=Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR)))
+    health.add_argument(
+        "--run-dir",
+        type=Path,
+        default=os.environ.get("TRAIN_RUN_DIR"),
+        help=f"the run (default: $TRAIN_RUN_DIR, else the newest run under {RUNS_DIR}/)",
+    )
     health.add_argument(
         "--act", action="store_true", help="end a hung supervisor: stack dump, supervisor_hung event, SIGKILL (HEALTHCHECK)"
     )
@@ -142,8 +152,42 @@ def _settings(args: argparse.Namespace) -> SupervisorSettings:
 def _spec(args: argparse.Namespace, planner: Planner, settings: SupervisorSettings) -> SupervisorSpec:
     textfile = run_metrics.Keeper(Path(settings.metrics_textfile)) if settings.metrics_textfile else None
     return SupervisorSpec(
-        run_dir=args.run_dir, planner=planner, settings=settings, echo=not args.quiet, on_end=_refresh_report, on_publish=textfile
+        run_dir=args.run_dir,
+        planner=planner,
+        settings=settings,
+        echo=not args.quiet,
+        on_end=_refresh_report,
+        on_publish=textfile,
+        command=args.command_name,
+        resume=_resume_line(args.own, args.run_dir, args.child),
     )
+
+
+def _place(args: argparse.Namespace, command: str) -> None:
+    """The run directory of a supervising command (``args.run_dir``): the one named, or one chosen
+    (:func:`trainbox.rundir.owner.choose`), refused when it holds another command's run; nothing is written."""
+    if args.run_dir is None:
+        args.run_dir = owner.choose(command, args.name, args.resume)
+    owner.check(args.run_dir, command)
+    args.command_name = command
+
+
+#: The options that say where a run is: the resume line names the directory instead.
+_WHERE_OPTIONS = ("--run-dir", "--name")
+
+
+def _resume_line(own: Sequence[str], run_dir: Path, command: Sequence[str]) -> str:
+    """The command line that goes on with this run: the one given, with its directory named (Ctrl-C says it)."""
+    words: List[str] = []
+    skip = False
+    for word in own:
+        if skip or word == "--resume" or word.split("=", 1)[0] in _WHERE_OPTIONS:
+            skip = not skip and word in _WHERE_OPTIONS
+            continue
+        words.append(word)
+    head = ["trainbox"] if Path(sys.argv[0]).name == "trainbox" else ["python", "-m", "trainbox"]
+    tail = ["--", *command] if command else []
+    return shlex.join([*head, *words[:1], "--run-dir", str(run_dir), *words[1:], *tail])
 
 
 def _refresh_report(run: RunDir) -> None:
@@ -166,6 +210,7 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
     settings = _settings(args)
+    _place(args, layout.command_name(command))
     if args.ladder:
         from trainbox.supervise.ladder import command as command_ladder  # pydantic: imported only where used (module doc)
 
@@ -176,6 +221,12 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    _place(args, "run")
+    return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
+    """``run`` in its run directory (placed already)."""
     from trainbox.yolo import profiles
     from trainbox.yolo.args import validate_overrides
     from trainbox.yolo.ladder import ProfileLadder
@@ -213,10 +264,11 @@ def _demo(args: argparse.Namespace) -> int:
     if "data" in given:
         raise UserError("demo trains its own dataset: for yours, `python -m trainbox run --profile NAME data=PATH`")
     profiles.load(args.profile, args.profiles_dir or profiles.default_profiles_dir())
+    _place(args, "demo")
     data_yaml = _write_demo_data(RunDir(args.run_dir).demo_data, DEMO_IMAGES.train, DEMO_IMAGES.val, DEMO_IMAGES.imgsz)
     defaults = [pair for pair in DEMO_TRAIN_ARGS if pair.partition("=")[0] not in given]
     args.overrides = [*defaults, *args.overrides, f"data={data_yaml}"]
-    return _run(args)
+    return _train(args)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -224,7 +276,7 @@ def _health(args: argparse.Namespace) -> int:
     from trainbox.supervise.notify.events import parse_command, parse_events
 
     tell = Notify(parse_command(args.notify) if args.notify else (), parse_events(args.notify_on))
-    healthy, why = check(args.run_dir, act=args.act, tell=tell)
+    healthy, why = check(Path(args.run_dir) if args.run_dir else run_status.newest_run(Path(RUNS_DIR)), act=args.act, tell=tell)
     print(("healthy: " if healthy else "unhealthy: ") + why)
     return 0 if healthy else 1
 
@@ -236,11 +288,15 @@ def _deadline(text: Optional[str]) -> Optional[datetime.datetime]:
 def _status(args: argparse.Namespace) -> int:
     deadline = _deadline(args.deadline)
     run_dir = Path(args.run_dir) if args.run_dir else run_status.newest_run(Path(RUNS_DIR))
+    which = "" if args.run_dir else f" (the newest run under {RUNS_DIR}/; --run-dir for another)"
     if args.watch:
         from trainbox.view import live as watch
 
+        if which:
+            errors.say(f"watching {run_dir}{which}")
         return watch.main(run_dir, deadline)
-    print("\n".join(run_status.render(run_dir, run_status.read(run_dir), deadline=deadline)))
+    lines = run_status.render(run_dir, run_status.read(run_dir), deadline=deadline)
+    print("\n".join([lines[0] + which, *lines[1:]]))
     return 0
 
 
@@ -262,14 +318,27 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     own, command = _split_command(sys.argv[1:] if argv is None else argv)
     code = _main(own, command)
-    # In a container whose engine restarts on failure, a final outcome is reported as 0 (trainbox.rundir.exit_record).
-    run_dir = Path(os.environ.get("TRAIN_RUN_DIR", DEFAULT_RUN_DIR))
-    return exit_record.for_engine(own[0] if own else None, code, run_dir)
+    # In a container whose engine restarts on failure, a final outcome is reported as 0 (trainbox.rundir.exit_record);
+    # a container names its run directory in $TRAIN_RUN_DIR.
+    run_dir = os.environ.get("TRAIN_RUN_DIR")
+    return exit_record.for_engine(own[0] if own else None, code, Path(run_dir)) if run_dir else code
+
+
+def _parse(own: List[str], command: List[str]) -> argparse.Namespace:
+    """The options, with the command after ``--``; a forgotten ``--`` is said (its words read as options)."""
+    try:
+        args = build_parser().parse_args(own)
+    except UserError as exc:
+        if own[:1] == ["supervise"] and not command and "unrecognized arguments" in str(exc):
+            raise UserError(f"{exc}; put `--` before the command: python -m trainbox supervise [options] -- CMD ...") from None
+        raise
+    args.own, args.child = own, command
+    return args
 
 
 def _main(own: List[str], command: List[str]) -> int:
     try:
-        args = build_parser().parse_args(own)
+        args = _parse(own, command)
         if args.command == "supervise":
             return _supervise(args, command)
         if command:

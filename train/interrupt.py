@@ -48,7 +48,12 @@ class StopRequested(BaseException):
     @property
     def name(self) -> str:
         """``Ctrl-C`` for SIGINT, else the signal's name."""
-        return "Ctrl-C" if self.signum == signal.SIGINT else signal.Signals(self.signum).name
+        return signal_name(self.signum)
+
+
+def signal_name(signum: int) -> str:
+    """``Ctrl-C`` for SIGINT, else the signal's name (``SIGTERM``), as a stop is told to a person."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
 def _raise(signum: int, _frame: Any) -> None:

@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.rundir import hostile
 from tests.rundir.hostile import Kind, assert_bounded, plant, put, scene
 from trainbox.container import launch  # imported once here: each forked example has it (the Docker SDK is slow to import)
-from trainbox.rundir import events, exit_record, progress, records, state
+from trainbox.errors import UserError
+from trainbox.rundir import events, exit_record, owner, progress, records, state
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import BEAT, SUMMARY
 from trainbox.supervise import health, ranks, watchdog
@@ -165,6 +166,12 @@ def _check_state(run: RunDir) -> None:
     if found is not None:
         _assert_typed(found, {"state": TEXT, "supervisor_pid": PID, "updated_ts": TIME, "budget": lambda v: isinstance(v, dict)})
     health.check(run.root, now=1.8e9)
+    command = owner.recorded_command(run)
+    assert command is None or (TEXT(command) and command)
+    try:
+        owner.check(run.root, "train")
+    except UserError as refused:
+        assert str(refused).startswith(f"{run.root} holds a run of `") and command not in (None, "train")
 
 
 def _check_samples(run: RunDir) -> None:

@@ -29,7 +29,11 @@ def test_giving_up_lists_the_attempts_and_where_to_look(tmp_path: Path) -> None:
     line = endings.gave_up_line(2, Counters(restarts=1, crashes=1), 1, history, "restart budget spent", stalled, run, NEVER_SLOW)
     assert line.startswith("giving up after 2 attempts and 1 restart(s) (restart budget spent; --max-restarts 1): ")
     assert "In order: exit status 1 with profile fast after 3 beat(s)." in line
-    assert str(run.incident_dir.directory) in line and str(run.events) in line
+    assert "incident" not in line and "history" not in line, "no file is named that the run directory does not hold"
+    run.events.write_text("")
+    run.incident_dir.directory.mkdir()
+    line = endings.gave_up_line(2, Counters(restarts=1, crashes=1), 1, history, "restart budget spent", stalled, run, NEVER_SLOW)
+    assert f"Incident reports are in {run.incident_dir.directory}, the history is in {run.events}." in line
     assert line.endswith(f"The last attempt showed no progress at all. {HOW_TO_GIVE_PROGRESS}")
 
 

@@ -16,6 +16,7 @@ from trainbox.diagnose.causes import Cause
 from trainbox.supervise.policy import (
     NO_BEAT_ATTEMPTS,
     NO_PROGRESS_READ,
+    REPEATED_CRASH,
     RETRIES,
     CauseStreak,
     Counters,
@@ -203,3 +204,31 @@ def test_a_slow_restart_is_a_restart_that_made_progress() -> None:
     assert delays(decisions) == [2.0, 2.0]
     assert decisions[-1].reason == "restart budget spent"
     assert decisions[-1].counters.stalls == decisions[-1].counters.crashes == 0
+
+
+def named_crash(exception: str, at: str = "at step 3", beats: int = 3) -> Outcome:
+    return Outcome(OutcomeKind.EXITED, code=1, beats=beats, detail={"exception": exception, "crash_at": at})
+
+
+def test_a_crash_that_repeats_word_for_word_at_the_same_place_gives_up_on_the_second() -> None:
+    same = [named_crash("RuntimeError: operator torchvision::nms does not exist") for _ in range(5)]
+    decisions = script(same)
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.GAVE_UP]
+    assert decisions[-1].reason == f"{REPEATED_CRASH} at step 3"
+    before = [named_crash("ImportError: x", at="before any progress", beats=1) for _ in range(2)]
+    assert verdicts(script(before)) == [Verdict.RESTART, Verdict.GAVE_UP], "before any progress counts as one place"
+
+
+def test_a_crash_that_differs_or_moves_or_has_no_exception_line_is_retried_as_before() -> None:
+    differing = [named_crash(f"RuntimeError: flaky {n}") for n in range(4)]
+    assert verdicts(script(differing)) == [Verdict.RESTART] * 4
+    moving = [named_crash("RuntimeError: same", at=f"at step {n}") for n in range(4)]
+    assert verdicts(script(moving)) == [Verdict.RESTART] * 4, "a resumed run that got further is not a repeat"
+    assert verdicts(script([crash(3)] * 4)) == [Verdict.RESTART] * 4, "a crash without an exception line has no name"
+    between = [named_crash("E: a"), stall(3), named_crash("E: a")]
+    assert verdicts(script(between)) == [Verdict.RESTART] * 3, "two crashes in a row, not two crashes"
+
+
+def test_a_repeated_crash_with_another_rung_to_try_is_retried_there() -> None:
+    counters = decide(named_crash("E: a"), Counters(), SETTINGS).counters
+    assert decide(named_crash("E: a"), counters, SETTINGS, last_rung=False).verdict is Verdict.RESTART

@@ -497,3 +497,38 @@ def test_sigterm_during_an_incident_write_is_not_a_restart(tmp_path: Path) -> No
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert [e["event"] for e in read_events(run_dir)] == ["start", "stall", "exit"]
     assert not survivors(run_dir)
+
+
+#: A tqdm bar: redrawn with "\r", never ended with a newline while it runs.
+BAR = """\
+import time
+from tqdm import tqdm
+for step in tqdm(range(100_000)):
+    time.sleep(0.02)
+"""
+
+
+def _published_step(run_dir: Path) -> int:
+    """The step the supervisor read from the child's output, as state.json says it (0 before it says any)."""
+    state = run_dir / "state.json"
+    return int((json.loads(state.read_text()).get("heartbeat") or {}).get("step", 0)) if state.exists() else 0
+
+
+def test_ctrl_c_says_in_one_line_of_its_own_what_it_stopped_where_the_run_is_and_how_to_go_on(tmp_path: Path) -> None:
+    script = tmp_path / "bar.py"
+    script.write_text(BAR)
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(script)]
+    args = [sys.executable, "-m", "trainbox", "supervise", "--run-dir", str(run_dir), "--grace", "5", "--", *command]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), cwd=REPO)
+    wait_for(lambda: _published_step(run_dir) >= 5, 60, "the bar's step in state.json")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT
+    assert out.endswith(b"\n") and out.count(b"\n") == 1, "the bar is ended by a newline before the stop is said"
+    [line] = [line for line in err.decode().splitlines() if "Ctrl-C" in line]
+    assert line.startswith(
+        f"trainbox: Ctrl-C: stopping the training tree of attempt 0 (up to 5 s to exit); the run in {run_dir} is at step "
+    )
+    resume = shlex.split(line.split("; to go on with it: ", 1)[1])
+    assert resume == ["python", "-m", "trainbox", "supervise", "--run-dir", str(run_dir), "--grace", "5", "--", *command]

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -540,3 +541,35 @@ def test_the_documented_alert_rules_pass_promtool_and_fire_when_they_should(tmp_
         assert done.returncode == 0, done.stdout + done.stderr
     names = {metric.name for metric in metrics.METRICS}
     assert {"trainbox_last_progress_timestamp_seconds", "trainbox_state"} <= names
+
+
+NAME_BYTES = st.binary(min_size=1, max_size=40).filter(
+    lambda name: b"/" not in name and b"\0" not in name and name not in (b".", b"..")
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(NAME_BYTES)
+def test_a_run_directory_named_in_any_bytes_gets_its_textfile(name: bytes) -> None:
+    """A folder's name is bytes: one that is not UTF-8 (``run-\\xe9``) is labelled with ``?`` for what UTF-8 cannot say."""
+    with tempfile.TemporaryDirectory() as folder:
+        run_dir = Path(os.fsdecode(os.path.join(os.fsencode(folder), name)))
+        run_dir.mkdir()
+        out = Path(folder) / "run.prom"
+        metrics.write_textfile(run_dir, out)
+        families = list(text_string_to_metric_families(out.read_bytes().decode("utf-8")))
+        labels = {sample.labels["run"] for family in families for sample in family.samples}
+        assert labels == {metrics.run_name(run_dir)}, "the name, as one line UTF-8 can hold"
+
+
+def test_metrics_textfile_of_a_run_directory_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    run_dir = Path(os.fsdecode(os.fsencode(tmp_path) + b"/run-\xe9"))
+    run_dir.mkdir()
+    out = tmp_path / "run.prom"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainbox", "metrics", os.fsencode(run_dir), "--textfile", str(out)],
+        capture_output=True,
+        env=cli_env(),
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert 'run="run-?"' in out.read_text()

@@ -16,6 +16,11 @@ The names sort in the order the reports were written. ``RunDir.entries()`` lists
 ``tests/rundir/test_layout.py`` checks docs/contract.md's run-directory table against that
 list both ways, so the table and the code cannot drift apart.
 
+Runs are named here too (:func:`run_name`): ``runs/<command>-<YYYYmmdd-HHMMSS>``, new for each run, where
+``<command>`` is :func:`command_name` of what runs (``python train.py``: ``train``; ``yolo train ...``: ``yolo``;
+``trainbox run``/``demo``: ``run``/``demo``). :func:`newest_named` finds the newest run of a command, for
+``--resume``.
+
 Paths are only named here; they are opened, read, written and deleted through
 :attr:`RunDir.files` (:mod:`trainbox.rundir.safe`), never directly.
 
@@ -25,11 +30,12 @@ workers and the host-side ``invoke status`` all import it.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, List, Optional, Tuple, Type, overload
+from typing import Any, List, Optional, Sequence, Tuple, Type, overload
 
 from trainbox.rundir.safe import RunFiles
 
@@ -39,6 +45,16 @@ PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>", "<rank>")
 INCIDENT_NAME = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 #: Names listed when looking for a free session number (a run has a few reports per day).
 MAX_INCIDENTS_LISTED = 1_000_000
+#: Where runs are kept, under the folder trainbox is started from.
+RUNS = Path("runs")
+#: A run's start in its name (local time, as a person reads it; the names of one command sort by it).
+RUN_STAMP = "%Y%m%d-%H%M%S"
+#: The rest of a run's name after ``<command>-``: the start, and ``-<n>`` for a second run started within that second.
+RUN_SUFFIX = re.compile(r"-([0-9]{8}-[0-9]{6})(?:-([0-9]{1,6}))?")
+#: Programs that run another program: the command's name is that program's (``python -m x``, ``torchrun t.py``).
+RUNNERS = re.compile(r"(python[0-9.]*|pypy[0-9.]*|torchrun|accelerate|deepspeed|uv|env|nohup|nice|time)(\.exe)?")
+#: A command's name holds these characters only (a run directory's name; anything else becomes ``_``).
+NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class Documented:
@@ -230,3 +246,51 @@ class RunDir(_Layout):
             if str(session) not in taken:
                 return session
             started += 1
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """The name a command's runs are called by: its program's, or the script or module a runner runs.
+
+    ``python train.py`` and ``torchrun --nproc-per-node 2 train.py``: ``train``; ``python -m pkg.fit``: ``fit``;
+    ``yolo train ...``: ``yolo``; a runner's own options (``-u``, ``--nproc-per-node 2``) are passed over, a
+    ``launch`` or ``run`` subcommand (``accelerate launch``, ``uv run``) too; ``python -c ...`` is ``python``.
+    """
+    words = list(argv)
+    while words and RUNNERS.fullmatch(os.path.basename(words[0])):
+        words = words[1:]
+        while words and (words[0].startswith("-") or words[0] in ("launch", "run")):
+            option = words.pop(0)
+            if option == "-m" and words:
+                return _named(words[0].rsplit(".", 1)[-1])
+            if option == "-c":
+                return "python"
+            takes_value = option.startswith("--") and "=" not in option and bool(words) and not words[0].startswith("-")
+            if takes_value and not words[0].endswith(".py"):
+                words.pop(0)  # the option's value (--nproc-per-node 2), unless it is the script
+    return _named(os.path.splitext(os.path.basename(words[0]))[0] if words else "")
+
+
+def _named(word: str) -> str:
+    return NAME_CHARS.sub("_", word).strip("._-")[:64] or "run"
+
+
+def run_name(command: str, started: float, taken: Sequence[str] = ()) -> str:
+    """``<command>-<YYYYmmdd-HHMMSS>`` (local time) of a run started at ``started``; ``-2``, ``-3`` ... after it
+    while that name is ``taken`` (two runs of one command started within a second)."""
+    name = f"{command}-{time.strftime(RUN_STAMP, time.localtime(started))}"
+    number = 1
+    found = name
+    while found in taken:
+        number += 1
+        found = f"{name}-{number}"
+    return found
+
+
+def newest_named(runs: Path, command: str, names: Sequence[str]) -> Optional[Path]:
+    """The newest of ``names`` (a listing of ``runs``) that is a run of ``command`` by its name, else None."""
+    found = []
+    for name in names:
+        rest = RUN_SUFFIX.fullmatch(name[len(command) :]) if name.startswith(command) else None
+        if rest is not None:
+            found.append((rest.group(1), int(rest.group(2) or 1), name))
+    return runs / max(found)[2] if found else None

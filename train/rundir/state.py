@@ -119,6 +119,7 @@ STATE = Schema(
         "supervisor_start_ticks": whole,
         "boot_id": text,
         "session": whole,
+        "command": text,
         "hung_after_s": seconds,
         "updated_ts": timestamp,
         "quiet_until_ts": timestamp,

@@ -8,13 +8,15 @@ of a run is enough to start from.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
 
+from trainbox.interrupt import signal_name
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
 from trainbox.supervise.output.source import Source
 from trainbox.supervise.planner import Launch
-from trainbox.supervise.policy import NO_PROGRESS_READ, Counters, Outcome, OutcomeKind
+from trainbox.supervise.policy import NO_PROGRESS_READ, REPEATED_CRASH, Counters, Outcome, OutcomeKind, position
 
 
 def slow_part(slow: Mapping[str, Any]) -> str:
@@ -26,6 +28,24 @@ def slow_part(slow: Mapping[str, Any]) -> str:
 
 def completed_line(attempts: int, counts: Counters, slow: Mapping[str, Any]) -> str:
     return f"completed after {attempts} attempt(s) ({counts.stalls} stall(s), {counts.crashes} crash(es){slow_part(slow)})"
+
+
+def stopped_line(
+    signum: int, attempt: int, beat: Optional[Mapping[str, Any]], run_dir: RunDir, resume: str, grace_s: Optional[float]
+) -> str:
+    """What a stop signal stopped, where the run is, and the command that goes on with it (one line).
+
+    ``grace_s``: the training tree of ``attempt`` is being ended with that much time to exit; None when no tree
+    was running (the stop came while waiting to restart).
+    """
+    if grace_s is not None:
+        what = f"stopping the training tree of attempt {attempt} (up to {grace_s:.0f} s to exit)"
+    else:
+        what = f"stopped before attempt {attempt} started"
+    place = position(beat)
+    where = f"at {place}" if place else "before any progress"
+    go_on = f"; to go on with it: {resume}" if resume else ""
+    return f"{signal_name(signum)}: {what}; the run in {run_dir.root} is {where}{go_on}"
 
 
 def hung_too_often_line(hangs: int, run_dir: RunDir) -> str:
@@ -46,14 +66,18 @@ def gave_up_line(
     run_dir: RunDir,
     slow: Mapping[str, Any],
 ) -> str:
-    """Why the run gave up, each attempt in order (:func:`describe`), and how to give progress when none was read."""
+    """Why the run gave up, each attempt in order (:func:`describe`), where to look (only files that are there), how to
+    give progress when none was read, and the error of a crash that repeated, quoted last."""
     line = (
         f"giving up after {attempts} attempts and {counts.restarts} restart(s) "
         f"({reason}; --max-restarts {max_restarts}): {counts.stalls} stall(s), "
-        f"{counts.crashes} crash(es){slow_part(slow)}. In order: " + "; ".join(history) + ". "
-        f"Incident reports are in {run_dir.incident_dir.directory}, the history in {run_dir.events}."
+        f"{counts.crashes} crash(es){slow_part(slow)}. In order: " + "; ".join(history) + ". " + _where_to_look(run_dir)
     )
-    if reason == NO_PROGRESS_READ:
+    if reason.startswith(REPEATED_CRASH):
+        log = Path(last.detail.get("log") or "")
+        held = f" (in {log})" if log.name and _there(run_dir, log) else ""
+        line += f" Both ended with: {last.detail.get('exception')}{held}"
+    elif reason == NO_PROGRESS_READ:
         line += (
             " Their output shows they ran, but neither beat nor printed a progress counter trainbox reads, so "
             f"each was stopped by its budget. {HOW_TO_GIVE_PROGRESS}" + last_output(last)
@@ -61,6 +85,19 @@ def gave_up_line(
     elif last.detail.get("progress_source") == Source.NONE.value and last.kind is OutcomeKind.STALLED:
         line += f" The last attempt showed no progress at all. {HOW_TO_GIVE_PROGRESS}"
     return line
+
+
+def _there(run_dir: RunDir, path: Path) -> bool:
+    return run_dir.files.stat(path).value is not None
+
+
+def _where_to_look(run_dir: RunDir) -> str:
+    """``Incident reports are in ..., the history in ...``, naming only what the run directory holds."""
+    reports = run_dir.incident_dir.directory
+    places = [f"incident reports are in {reports}"] if _there(run_dir, reports) else []
+    places += [f"the history is in {run_dir.events}"] if _there(run_dir, run_dir.events) else []
+    said = ", ".join(places)
+    return f"{said[:1].upper()}{said[1:]}." if places else ""
 
 
 def last_output(outcome: Outcome) -> str:

@@ -18,6 +18,7 @@ in its place (``tests/supervise/test_loop.py``) and script whole runs in millise
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
@@ -26,7 +27,7 @@ from trainbox.errors import say
 from trainbox.rundir.events import device_fields
 from trainbox.rundir.progress import ProgressLog
 from trainbox.rundir.state import State
-from trainbox.supervise import ranks
+from trainbox.supervise import crashes, endings, ranks
 from trainbox.supervise.attempt import Attempt, CannotStart
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS, with_user_patterns
 from trainbox.supervise.output.source import notice_due, output_works
@@ -59,8 +60,11 @@ class Monitor:
         echo: bool = True,
         foreign_groups: Callable[[], FrozenSet[int]] = frozenset,
         at_checkpoint: Callable[[Outcome], Optional[Next]] = lambda outcome: None,
+        stopping: Optional[Callable[[int, Optional[Dict[str, Any]]], None]] = None,
     ) -> None:
         self.record = record
+        #: Says what a stop signal stops, given the attempt and its last beat (the supervisor's one line).
+        self.stopping = stopping or self._say_stopping
         #: The planner's answer to a checkpoint the running attempt wrote: a launch to move to (a probe), or None.
         self.at_checkpoint = at_checkpoint
         #: The supervisor's process groups that are not any attempt's (the notifiers in flight).
@@ -94,6 +98,7 @@ class Monitor:
         outcome.detail["progress_source"] = attempt.progress.source.value
         outcome.detail["last_output"] = tail.tail_lines(20)
         if outcome.crashed:
+            outcome.detail.update(crashes.named(outcome, launch.profile, self.record.run_dir.attempt_log(number)))
             self._crashed(number, outcome, tail.tail_lines(5), tail.tail())
         return outcome
 
@@ -171,10 +176,15 @@ class Monitor:
 
     def _stop(self, attempt: Attempt, outcome: Outcome) -> Outcome:
         self.record.set_state(State.STOPPING)
-        say(f"signal {self.stop_signal()}: stopping the training tree (grace {self.settings.grace_s:.0f} s)")
+        attempt.tee.end_echo()  # the line that says the stop is a line of its own, after the bar as it was
+        self.stopping(attempt.number, outcome.last_beat)
         attempt.end_tree()
         outcome.kind = OutcomeKind.STOPPED
         return outcome
+
+    def _say_stopping(self, number: int, beat: Optional[Dict[str, Any]]) -> None:
+        signum = self.stop_signal() or signal.SIGTERM
+        say(endings.stopped_line(signum, number, beat, self.record.run_dir, "", self.settings.grace_s))
 
     def _slow_restart(self, attempt: Attempt, outcome: Outcome, slow: SlowRestart) -> Outcome:
         """``--on-slow restart``: end the slow attempt's tree; the supervisor restarts it (it resumes from its checkpoint)."""

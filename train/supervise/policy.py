@@ -29,8 +29,13 @@ The rules, in the order they are applied:
    hang terminal because "a deterministic hang would usually just hang again";
    the second identical stall proves it, and the remaining restarts would only
    repeat it;
-4. no restart left (``max_restarts``): ``GAVE_UP``;
-5. otherwise ``RESTART`` after the **backoff rule**'s delay.
+4. the **crash repeat rule**: a crash with the same exception line at the same place (or before any progress)
+   as the attempt before (``Outcome.detail``'s ``exception`` and ``crash_at``, named by
+   :mod:`trainbox.supervise.crashes`) when there is nothing else to try is ``GAVE_UP`` at once: a crash that
+   repeats word for word repeats at every restart, and the back-off would only delay the error a person must
+   read. A crash without an exception line, or with another one each time, is retried as any crash;
+5. no restart left (``max_restarts``): ``GAVE_UP``;
+6. otherwise ``RESTART`` after the **backoff rule**'s delay.
 
 What the next attempt runs after a stall is chosen by the stall's cause
 (:func:`retry_for` and the ``RETRIES`` table; a profile may override it with
@@ -51,6 +56,8 @@ from trainbox.supervise.settings import SupervisorSettings
 NO_BEAT_ATTEMPTS = 2
 #: The ``give_up`` reason of a run whose attempts ran without any progress trainbox could read (the no-beat rule).
 NO_PROGRESS_READ = "no progress to read"
+#: How the ``give_up`` reason of the crash repeat rule starts (the place follows).
+REPEATED_CRASH = "the same crash twice in a row,"
 
 
 class OutcomeKind(str, Enum):
@@ -136,6 +143,8 @@ class Counters:
     failures: int = 0
     #: Where the last attempt stalled (``Outcome.detail["at"]``), None when it did not (the repeat rule).
     stalled_at: Optional[str] = None
+    #: The last attempt's crash, (exception line, place), None when it did not crash with one (the crash repeat rule).
+    crashed: Optional[Tuple[str, str]] = None
 
     def published(self) -> Dict[str, int]:
         return {"restarts": self.restarts, "stalls": self.stalls, "crashes": self.crashes}
@@ -175,6 +184,15 @@ def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -
     if profile:
         parts.append(f"profile {profile}")
     return ", ".join(parts) or None
+
+
+def crash_name(outcome: Outcome) -> Optional[Tuple[str, str]]:
+    """A crash's (exception line, place) as the monitor named them (:mod:`trainbox.supervise.crashes`); None for
+    an attempt that did not crash, or crashed without an exception line."""
+    exception, at = outcome.detail.get("exception"), outcome.detail.get("crash_at")
+    if not outcome.crashed or not isinstance(exception, str) or not isinstance(at, str):
+        return None
+    return exception, at
 
 
 class Verdict(str, Enum):
@@ -217,7 +235,9 @@ def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, l
         return Decision(Verdict.SUCCEEDED, counters)
     at = outcome.detail.get("at") if outcome.kind is OutcomeKind.STALLED else None
     repeated = at is not None and at == counters.stalled_at
-    counters = replace(counters.after_failure(outcome.beats), stalled_at=at)
+    crash = crash_name(outcome)
+    crashed_again = crash is not None and crash == counters.crashed
+    counters = replace(counters.after_failure(outcome.beats), stalled_at=at, crashed=crash)
     if counters.no_beat_streak >= NO_BEAT_ATTEMPTS:
         if outcome.output_works:
             return Decision(Verdict.GAVE_UP, counters, reason=NO_PROGRESS_READ)
@@ -225,6 +245,8 @@ def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, l
     if repeated and last_rung:
         cause = outcome.detail.get("cause") or Cause.UNKNOWN.value
         return Decision(Verdict.GAVE_UP, counters, reason=f"stalls again at {at} (cause {cause}) with nothing left to try")
+    if crashed_again and last_rung and crash is not None:
+        return Decision(Verdict.GAVE_UP, counters, reason=f"{REPEATED_CRASH} {crash[1]}")
     if counters.restarts >= settings.max_restarts:
         return Decision(Verdict.GAVE_UP, counters, reason="restart budget spent")
     delay = backoff_s(counters.failures, settings)

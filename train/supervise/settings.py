@@ -322,6 +322,9 @@ LADDER_POLICY = Setting(
 
 #: What ``--deadline`` takes (``trainbox run``/``supervise``, and ``status``/``report``), for its help and its error.
 DEADLINE_FORMATS = "HH:MM or YYYY-MM-DDTHH:MM[+01:00]"
+#: The years a deadline may fall in: a unix time, with a day of room either side for the arithmetic on it (an
+#: ETA, a margin, a next ``HH:MM``); 0001-01-01 with an offset, or 9999-12-31, cannot even be a local time.
+DEADLINE_YEARS = (1970, 9998)
 
 
 def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
@@ -335,6 +338,9 @@ def parse_deadline(text: str, now: datetime.datetime) -> datetime.datetime:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{text!r}: use {DEADLINE_FORMATS}") from None
+    first, last = DEADLINE_YEARS
+    if not first <= moment.year <= last:
+        raise ValueError(f"{text!r}: give a date from {first} to {last}")
     # With a UTC offset (2026-11-22T07:00+01:00): the same moment on this machine's clock, which ETAs use.
     return moment.astimezone().replace(tzinfo=None) if moment.tzinfo else moment
 

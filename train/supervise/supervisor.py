@@ -86,6 +86,10 @@ class SupervisorSpec:
     echo: bool = True
     on_end: Optional[Callable[[RunDir], None]] = None
     on_publish: Optional[Callable[[RunDir], None]] = None
+    #: The name of the command whose run this is (state.json's ``command``: trainbox.rundir.owner), when known.
+    command: Optional[str] = None
+    #: The command line that goes on with this run, said when a stop signal stops it.
+    resume: str = ""
 
 
 class Supervisor:
@@ -106,6 +110,8 @@ class Supervisor:
         self.hangs = 0
         self._attempts = attempts
         self._stop_signal: Optional[int] = None
+        #: The stop has been told (once: as the tree is ended, or as the run ends when no tree was running).
+        self._stop_said = False
         self._notifier: Optional[notifier.Notifier] = None
 
     def run(self) -> int:
@@ -123,7 +129,8 @@ class Supervisor:
         if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
             self._notifier = notifier.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
-        self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s))
+        owned = {"command": self.spec.command} if self.spec.command else {}
+        self.record.publish(**watchdog.identity(self.session, self.settings.hung_after_s), **owned)
         own_stacks = watchdog.install_stack_dump(self.run_dir, os.getpid())
         self.hangs = watchdog.hangs_in_a_row(past.records)
         code: int = ExitCode.GAVE_UP
@@ -173,7 +180,21 @@ class Supervisor:
             self.spec.echo,
             self._notifier_groups,
             self.spec.planner.at_checkpoint,
+            self._say_stop,
         )
+
+    def _say_stop(self, number: int, beat: Optional[Dict[str, Any]], running: bool = True) -> None:
+        """Say the stop's one line (:func:`endings.stopped_line`): as attempt ``number``'s tree is ended (``running``),
+        or as the run ends when no tree was running."""
+        self._stop_said = True
+        grace = self.settings.grace_s if running else None
+        say(endings.stopped_line(self._stop_signal or signal.SIGTERM, number, beat, self.run_dir, self.spec.resume, grace))
+
+    def _stopped(self, outcome: Outcome, **fields: Any) -> int:
+        """End the run stopped by a signal, said once (:meth:`_say_stop`)."""
+        if not self._stop_said:
+            self._say_stop(self.attempt, outcome.last_beat, running=False)
+        return self._end(State.STOPPED, self._signal_code(), "stopped by signal", **fields)
 
     def _loop(self) -> int:
         planner = self.spec.planner
@@ -190,7 +211,7 @@ class Supervisor:
             if outcome.kind is OutcomeKind.MOVED:  # a probe at a checkpoint: no stall, crash or restart to count
                 following = outcome.detail["next"]
                 if self._probe(self.attempt + 1, launch, following):
-                    return self._end(State.STOPPED, self._signal_code(), "stopped by signal")
+                    return self._stopped(outcome)
                 self.attempt, launch, policy = self.attempt + 1, following.launch, self._policy(following.launch)
                 continue
             following = None if outcome.succeeded or outcome.kind is OutcomeKind.STOPPED else planner.after(outcome)
@@ -198,7 +219,7 @@ class Supervisor:
             decision = decide(outcome, self.record.counters, self.settings, last_rung)
             self.record.counters = decision.counters
             if decision.verdict is Verdict.STOPPED:
-                return self._end(State.STOPPED, self._signal_code(), "stopped by signal", **outcome.timing())
+                return self._stopped(outcome, **outcome.timing())
             if decision.verdict is Verdict.SUCCEEDED:
                 return self._end(State.SUCCEEDED, ExitCode.OK, "completed", self._completed_line(), **outcome.timing())
             assert following is not None  # any other ending was a failure, and the planner has planned its retry
@@ -212,7 +233,7 @@ class Supervisor:
             if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(following.launch)
             if self._back_off(self.attempt + 1, outcome, launch, following, decision.delay_s):
-                return self._end(State.STOPPED, self._signal_code(), "stopped by signal")
+                return self._stopped(outcome)
             self.attempt += 1
             launch = following.launch
 

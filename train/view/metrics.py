@@ -70,6 +70,7 @@ from wsgiref import simple_server
 from trainbox import interrupt
 from trainbox.atomic import remove_stale_temps, write_text_atomic
 from trainbox.errors import UserError, say
+from trainbox.rundir import records
 from trainbox.rundir.events import Cause
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import MAX_SAMPLES, SAMPLE, SAMPLE_LINE_BYTES
@@ -155,7 +156,9 @@ def _one(value: Any) -> List[Sample]:
 
 
 def _label(value: Any) -> str:
-    return "" if value is None else " ".join(str(value).split())[:LABEL_CHARS]
+    """A label value: one line of text that UTF-8 can hold (a run directory's name may hold any bytes: those that are
+    not UTF-8 read as ``?``, as :func:`trainbox.rundir.records.text` has it)."""
+    return "" if value is None else records.text(" ".join(str(value).split())[:LABEL_CHARS])
 
 
 def _state(run: _Run) -> List[Sample]:

@@ -12,6 +12,7 @@ the rules; this module only accepts the word).
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Union
@@ -163,8 +164,12 @@ def load(name: str, directory: Optional[Path] = None) -> Profile:
     directory = directory or default_profiles_dir()
     path = directory / f"{name}.yaml"
     if not path.is_file():  # not the run directory: a profile
-        names = ", ".join(available(directory)) or "none"
-        raise ProfileError(f"unknown profile {name!r}: choose one of {names} (profiles in {directory})")
+        known = available(directory)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ProfileError(
+            f"unknown profile {name!r}{hint}: choose one of {', '.join(known) or 'none'} (profiles in {directory})"
+        )
     profile = load_file(path)
     fallback_chain(profile, directory)
     return profile

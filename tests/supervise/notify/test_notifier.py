@@ -353,3 +353,17 @@ def test_a_missing_notifier_is_one_line_and_the_run_goes_on(tmp_path: Path) -> N
         "trainbox: completed after 1 attempt(s) (0 stall(s), 0 crash(es))",
     ]
     assert run.kinds() == ["notify_failed", "start", "exit"]
+
+
+def test_a_failing_notifier_s_secret_is_not_recorded(tmp_path: Path) -> None:
+    """requests' error line names the webhook, whose URL is the secret: the line told (and written) has it redacted."""
+    said = "requests.exceptions.HTTPError: 404 Client Error: Not Found for url: https://hooks.slack.com/services/T0/B0/SECRETtoken123"
+    failing = script(tmp_path, "fail.sh", f'echo "{said}" >&2\nexit 1\n')
+    failures = Failures()
+    notifier = Notifier([str(failing)], frozenset({"exit"}), failures)
+    notifier.send({"event": "exit", "attempt": 0, "code": 1})
+    notifier.close(timeout=10)
+
+    [(kind, line)] = failures.seen
+    assert kind == "status" and "SECRETtoken123" not in line and "/services/" not in line, line
+    assert "Not Found for url: https://hooks.slack.com/[redacted] (said once; the run goes on)" in line

@@ -64,6 +64,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Mapping, Optional, Seq
 from trainbox.errors import say
 from trainbox.heartbeat import RUN_DIR_ENV
 from trainbox.supervise.notify.events import DEFAULT_EVENTS, EVENT_ENV, LIMIT_S
+from trainbox.supervise.notify.redact import redact
 from trainbox.supervise.record import Record
 
 #: The environment variable with one line a person can read (:func:`summary`): a title or a message as it is.
@@ -353,13 +354,14 @@ class Notifier:
         return f"notifier {self.command[0]} cannot start"
 
     def _fail(self, kind: str, line: str) -> None:
-        """Say ``line`` through ``on_failure``, the first time only for each ``kind``."""
+        """Say ``line``, its secrets redacted (:mod:`~trainbox.supervise.notify.redact`), through ``on_failure``, the
+        first time only for each ``kind``."""
         with self._lock:
             if kind in self._reported:
                 return
             self._reported.add(kind)
         try:
-            self._on_failure(kind, line + " (said once; the run goes on)")
+            self._on_failure(kind, redact(line) + " (said once; the run goes on)")
         except Exception:  # noqa: BLE001 - the handler's own failure must not end the worker (zombies, a stuck queue)
             pass
 

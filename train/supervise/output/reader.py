@@ -46,6 +46,8 @@ from trainbox.supervise.output.terminal import TAIL_LINES, TerminalLines
 #: Bytes of the child's output that may wait for a slow or stopped terminal: a few screens of a chatty program,
 #: seconds of a bar's redraws. Past it the output is still logged and read, only not echoed.
 ECHO_BUFFER_BYTES = 4 * 2**20
+#: How long a line the supervisor says waits for the echo to write what it holds (:meth:`Echo.end_line`).
+END_LINE_WAIT_S = 1.0
 #: How long :meth:`OutputTee.close` waits for the reader to end (it drains what is left, then closes its fds).
 CLOSE_WAIT_S = 2.0
 #: One read of the child's output (a pty's buffer is 4 KiB to 64 KiB).
@@ -71,6 +73,10 @@ class Echo:
         self._chunks: Deque[bytes] = collections.deque()
         self._size = 0
         self._on = True
+        #: The last chunk taken did not end its line (a bar redrawn with ``\r``): see :meth:`end_line`.
+        self._line_open = False
+        #: A chunk is out of the buffer and being written.
+        self._writing = False
         self._ready = threading.Condition()
         self._thread: Optional[threading.Thread] = None
 
@@ -86,10 +92,19 @@ class Echo:
                 return
             self._chunks.append(chunk)
             self._size += len(chunk)
+            self._line_open = not chunk.endswith(b"\n")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._write_all, name="echo", daemon=True)
                 self._thread.start()
-            self._ready.notify()
+            self._ready.notify_all()
+
+    def end_line(self, wait_s: float = END_LINE_WAIT_S) -> None:
+        """End the line the echoed output left open (a bar), and give the echo ``wait_s`` to write what it holds, so
+        that a line the supervisor says next starts on a line of its own (a stopped terminal is not waited for)."""
+        if self._line_open:
+            self.put(b"\n")
+        with self._ready:
+            self._ready.wait_for(lambda: not (self._chunks or self._writing) or not self._on, timeout=wait_s)
 
     def _write_all(self) -> None:
         while True:
@@ -98,8 +113,11 @@ class Echo:
                     self._ready.wait()
                 chunk = self._chunks.popleft()
                 self._size -= len(chunk)
+                self._writing = True
             written = self._write(chunk)
             with self._ready:
+                self._writing = False
+                self._ready.notify_all()
                 self._on = self._on and written
                 dropped, counted = self.dropped, self._counted
                 self._counted = counted or dropped > 0
@@ -216,8 +234,9 @@ class OutputTee:
         if self._reading:
             self._read(chunk)
         self._write_log(chunk)
-        if self._echo is not None:
-            self._echo.put(chunk)
+        echo = self._echo  # once: end_echo() may take it away meanwhile
+        if echo is not None:
+            echo.put(chunk)
         return True
 
     def _release(self) -> None:
@@ -257,6 +276,13 @@ class OutputTee:
             self._log_failing = True
             return
         self._log_failing = False
+
+    def end_echo(self) -> None:
+        """Stop echoing this attempt (its output is still drained, logged and read), the line it left open ended: a
+        tree being stopped draws no more over the line that says so."""
+        echo, self._echo = self._echo, None
+        if echo is not None:
+            echo.end_line()
 
     def tail_lines(self, count: int) -> List[str]:
         """The last ``count`` display lines, a bar's last state included."""

@@ -1,0 +1,133 @@
+"""One run, one directory (trainbox.rundir.owner, trainbox.rundir.layout's run names): a new directory for each
+run, ``--resume`` and ``--name`` to go on with one, and a directory of another command's run refused untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.supervised import cli_env
+from trainbox.errors import UserError
+from trainbox.rundir import layout, owner
+from trainbox.rundir.layout import RunDir
+
+STAMP = st.builds(lambda t: time.strftime(layout.RUN_STAMP, time.localtime(t)), st.integers(0, 4_000_000_000))
+
+
+@pytest.mark.parametrize(
+    "argv, name",
+    [
+        (["python", "train.py", "--lr", "0.1"], "train"),
+        (["python3.11", "-u", "/home/me/evalscript.py"], "evalscript"),
+        (["yolo", "train", "data=coco8.yaml"], "yolo"),
+        (["/usr/bin/env", "python", "-m", "nanogpt.train"], "train"),
+        (["torchrun", "--nproc-per-node", "2", "fit.py"], "fit"),
+        (["torchrun", "--nproc-per-node=2", "fit.py"], "fit"),
+        (["accelerate", "launch", "--num_processes", "2", "run_clm.py"], "run_clm"),
+        (["uv", "run", "train.py"], "train"),
+        (["python", "-c", "print(1)"], "python"),
+        (["./my run!.sh"], "my_run"),
+        (["python"], "run"),
+    ],
+)
+def test_a_command_is_named_by_its_program_or_the_script_a_runner_runs(argv: List[str], name: str) -> None:
+    assert layout.command_name(argv) == name
+
+
+@given(st.lists(st.text(max_size=30), min_size=1, max_size=6))
+def test_any_command_s_name_is_a_folder_name(argv: List[str]) -> None:
+    name = layout.command_name(argv)
+    assert name and not layout.NAME_CHARS.search(name) and name not in (".", "..") and len(name) <= 64
+
+
+def test_a_new_run_gets_a_new_directory_named_by_its_command_and_its_start(tmp_path: Path) -> None:
+    first = owner.choose("train", None, False, tmp_path)
+    assert first.parent == tmp_path and layout.RUN_SUFFIX.fullmatch(first.name[len("train") :])
+    first.mkdir()
+    second = owner.choose("train", None, False, tmp_path)
+    assert second.parent == tmp_path and second.name.startswith("train-") and second != first
+    assert owner.choose("train", "exp1", False, tmp_path) == tmp_path / "exp1"
+    for bad in ("../x", "a/b", "..", ""):
+        with pytest.raises(UserError, match="--name"):
+            owner.choose("train", bad, False, tmp_path)
+
+
+def test_resume_takes_the_newest_run_of_the_same_command(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="--resume: no run of `train`"):
+        owner.choose("train", None, True, tmp_path)
+    for name in (
+        "train-20261128-235959",
+        "train-20261129-010203",
+        "train-20261129-010203-2",
+        "trainer-20301231-000000",
+        "demo-20301231-000000",
+    ):
+        (tmp_path / name).mkdir()
+    assert owner.choose("train", None, True, tmp_path) == tmp_path / "train-20261129-010203-2"
+
+
+@given(st.lists(st.one_of(STAMP.map(lambda s: f"train-{s}"), st.text(max_size=30)), max_size=12))
+def test_the_newest_run_of_a_command_is_read_from_any_listing(names: List[str]) -> None:
+    found = layout.newest_named(Path("runs"), "train", names)
+    ours = [n for n in names if n.startswith("train-") and layout.RUN_SUFFIX.fullmatch(n[len("train") :])]
+    assert (found is None) == (not ours)
+    if found is not None:
+        assert found.name in ours and found.name[6:21] == max(n[6:21] for n in ours)
+
+
+def test_a_directory_of_another_command_s_run_is_refused_and_the_same_command_s_taken(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    owner.check(tmp_path, "train")  # nothing there
+    run.state.write_text(json.dumps({"state": "succeeded", "command": "demo"}))
+    owner.check(tmp_path, "demo")
+    with pytest.raises(UserError, match=f"^{tmp_path} holds a run of `demo`, not of `train`"):
+        owner.check(tmp_path, "train")
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = cli_env()
+    env.pop("TRAIN_RUN_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "trainbox", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _snapshot(folder: Path) -> Dict[str, Tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*")}
+
+
+def test_each_run_gets_its_own_directory_resume_goes_on_and_another_command_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('step 1/1', flush=True)\n")
+    (tmp_path / "other.py").write_text("print('other', flush=True)\n")
+    child = ["--", sys.executable, "train.py"]
+    assert _cli(tmp_path, "supervise", "--quiet", *child).returncode == 0
+    # most likely the same second: the second run's name then ends in -2
+    assert _cli(tmp_path, "supervise", "--quiet", *child).returncode == 0
+    runs = sorted(os.listdir(tmp_path / "runs"))
+    assert len(runs) == 2 and all(layout.newest_named(tmp_path / "runs", "train", [name]) for name in runs), runs
+
+    assert _cli(tmp_path, "supervise", "--quiet", "--resume", *child).returncode == 0
+    newest = RunDir(tmp_path / "runs" / runs[-1])
+    assert [json.loads(line)["event"] for line in newest.events.read_text().splitlines()] == ["start", "exit"] * 2
+
+    before = _snapshot(newest.root)
+    refused = _cli(tmp_path, "supervise", "--run-dir", str(newest.root), "--", sys.executable, "other.py")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"trainbox: error: {newest.root} holds a run of `train`, not of `other`: leave out --run-dir for a new run, "
+        "or give another directory (--resume goes on with the newest run of `other`)"
+    ]
+    assert _snapshot(newest.root) == before, "nothing in the refused directory was touched"
+
+    shown = _cli(tmp_path, "status")
+    assert shown.returncode == 0
+    assert shown.stdout.splitlines()[0] == f"run       runs/{runs[-1]} (the newest run under runs/; --run-dir for another)"
