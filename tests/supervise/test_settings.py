@@ -39,7 +39,7 @@ from trainbox.yolo.profiles import Profile, default_profiles_dir
 
 #: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints, and
 #: which rungs it runs: a profile ladder or a ladder file).
-NOT_SETTINGS = {"-h", "--help", "--run-dir", "--quiet", "--profile", "--profiles-dir", "--ladder"}
+NOT_SETTINGS = {"-h", "--help", "--run-dir", "--name", "--resume", "--quiet", "--profile", "--profiles-dir", "--ladder"}
 
 
 def options(command: str) -> Dict[str, argparse.Action]:

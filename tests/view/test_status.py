@@ -130,7 +130,9 @@ def test_invoke_status_and_trainbox_status_show_the_newest_run(tmp_path: Path, m
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TRAIN_RUN_DIR", raising=False)
     assert cli.main(["status"]) == 0
-    assert capsys.readouterr().out.startswith(f"run       {Path('runs') / 'demo'}\n")
+    assert capsys.readouterr().out.startswith(
+        f"run       {Path('runs') / 'demo'} (the newest run under runs/; --run-dir for another)\n"
+    )
 
 
 def test_a_finished_run_says_when_and_how_it_ended_and_nothing_else(tmp_path: Path) -> None:
