@@ -53,8 +53,10 @@ def beats(
     return written
 
 
-def feed(detector: PaceDetector, stream: List[Beat], phase: str = "train", rung: str = "fast") -> List[Dict[str, Any]]:
-    events = [detector.observe(ts, phase, rung, position) for ts, position in stream]
+def feed(
+    detector: PaceDetector, stream: List[Beat], phase: str = "train", rung: str = "fast", counter: Optional[str] = None
+) -> List[Dict[str, Any]]:
+    events = [detector.observe(ts, phase, rung, position, counter) for ts, position in stream]
     return [event for event in events if event is not None]
 
 
@@ -131,7 +133,7 @@ def test_restart_warm_up_is_not_measured() -> None:
     detector = PaceDetector()
     stream = beats(1.0, 900.0, 5, slow=(0.0, 25.0, 4.0))
     assert feed(detector, stream) == []
-    assert detector.baselines[("train", "fast")].rate == pytest.approx(1.0, rel=0.1)
+    assert detector.baselines[("train", "fast", "")].rate == pytest.approx(1.0, rel=0.1)
 
 
 def test_each_restart_warms_up_again() -> None:
@@ -157,7 +159,22 @@ def test_validation_and_saves_are_not_measured() -> None:
             events += feed(detector, slow_phase, phase=phase)
             now, position = slow_phase[-1]
     assert events == []
-    assert set(detector.baselines) == {("train", "fast")}
+    assert set(detector.baselines) == {("train", "fast", "")}
+
+
+def evaluation_after_training(train_counter: Optional[str], eval_counter: Optional[str]) -> List[Dict[str, Any]]:
+    """Two bars with no label (Hugging Face Trainer's): 5 minutes of training at 5 steps/s, then 3 minutes of an
+    evaluation bar, counted from 0, at a third of that."""
+    detector = PaceDetector()
+    train = beats(5.0, 300.0, 1)
+    events = feed(detector, train, phase="", counter=train_counter)
+    evaluation = beats(5.0 / 3, 180.0, 2, start=train[-1][0])
+    return events + feed(detector, evaluation, phase="", counter=eval_counter)
+
+
+def test_an_evaluation_bar_without_a_label_is_not_pooled_with_the_training_bar() -> None:
+    assert evaluation_after_training("tqdm::1500", "tqdm::300") == []
+    assert kinds(evaluation_after_training(None, None)) == ["slow"], "as one counter, the evaluation reads as slow"
 
 
 def test_a_slowdown_across_validations_is_still_found() -> None:
@@ -200,7 +217,7 @@ def test_a_new_rung_ends_the_episode_and_learns_its_own_pace() -> None:
     events = feed(detector, second, rung="safe")
     assert kinds(events) == ["recovered"]
     assert events[0]["reason"] == "rung" and events[0]["rate"] is None
-    assert detector.baselines[("train", "safe")].rate == pytest.approx(0.5, rel=0.1)
+    assert detector.baselines[("train", "safe", "")].rate == pytest.approx(0.5, rel=0.1)
 
 
 def test_the_same_rung_after_a_restart_recovers_against_its_baseline() -> None:

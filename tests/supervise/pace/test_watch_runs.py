@@ -20,7 +20,10 @@ warm-up and learns the pace from a minute of beats, and the supervisor reads the
   restart``, and its next attempt (which does not leak) resumes from that checkpoint and recovers the pace;
 * ``output``: a plain tqdm loop that never beats (tests/fixtures/output/programs/tqdm_loop.py), its pace read from
   its bar, whose draws become 3x as far apart from bar step :data:`CHANGE_STEP` (``slow@output``, through
-  tests/fixtures/uninstrumented/sitecustomize.py): flagged within 60 s from the output counters alone.
+  tests/fixtures/uninstrumented/sitecustomize.py): flagged within 60 s from the output counters alone;
+* ``two_bars``: Hugging Face Trainer's two bars, neither with a label (tests/fixtures/output/programs/nested_bars.py):
+  the training bar at 10 steps/s, and from step :data:`EVAL_STEP` an evaluation bar of another total at a third of
+  that, for 90 s: a phase of its own, never called slow.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ LIMIT_S = 420.0
 #: The open-ended runs' steps: more than they take within LIMIT_S (steps of 0.1 s at most), and few enough that a run
 #: whose test was killed (its runs are sessions of their own, out of reach of the worker's end) ends within the limit.
 OPEN_ENDED_STEPS = str(int(LIMIT_S / 0.1))
+#: The step at which the two-bar run evaluates, at pace by then (as CHANGE_STEP), and its evaluation bar's steps.
+EVAL_STEP, EVAL_STEPS = 1100, 300
 #: The programs of the uninstrumented tests, and the folder that arms the ``output`` fault site in them.
 PROGRAMS = REPO / "tests" / "fixtures" / "output" / "programs"
 ARMS_OUTPUT = REPO / "tests" / "fixtures" / "uninstrumented"
@@ -146,6 +151,13 @@ def scenarios(cgroup: Path) -> Dict[str, Scenario]:
                 [sys.executable, str(PROGRAMS / "tqdm_loop.py"), "--epochs", "1", "--steps", "1300", "--delay", "0.1"],
                 f"slow@output,lines>={CHANGE_STEP}",  # a draw of the bar starts with \r: bar step N is line end N
                 env={"PYTHONPATH": os.pathsep.join(filter(None, [str(ARMS_OUTPUT), os.environ.get("PYTHONPATH")]))},
+            ),
+            Scenario(
+                "two_bars",
+                [
+                    *[sys.executable, str(PROGRAMS / "nested_bars.py"), "--steps", str(EVAL_STEP + 200), "--delay", "0.1"],
+                    *["--every", str(EVAL_STEP), "--inner-steps", str(EVAL_STEPS), "--inner-delay", "0.3"],
+                ],
             ),
         )
     }
@@ -312,3 +324,12 @@ def test_an_uninstrumented_loop_three_times_slower_is_flagged_from_its_output_al
     assert 0.2 <= slow["ratio"] <= 0.5 and slow["phase"] == "train", slow
     assert not output.of("stall") and not output.of("restart")
     print(f"uninstrumented 3x slowdown {timeline(slow, began)}")
+
+
+def test_an_evaluation_bar_without_a_label_is_never_pooled_with_the_training_pace(runs: Dict[str, Scenario]) -> None:
+    two_bars = runs["two_bars"]
+    assert two_bars.code == 0, describe(two_bars)
+    assert two_bars.of("slow") == [], describe(two_bars)
+    samples = read_samples(RunDir(two_bars.run_dir).progress).records
+    evaluating = [s["ts"] for s in samples if s.get("step") == EVAL_STEP]  # a sample every 5 s while the bar moves
+    assert evaluating and max(evaluating) - min(evaluating) >= 0.7 * EVAL_STEPS * 0.3, "a phase inside step 1100"

@@ -7,9 +7,11 @@ ATC'25, arXiv 2410.12588) found them in 16 of 27 large jobs, lasting from tens o
 seconds to hours. :class:`PaceDetector` finds them in the beats the supervisor
 already reads, with no extra instrumentation.
 
-What it is fed: ``observe(ts, phase, rung, position)`` for each beat that made
-progress, where ``position`` is the beat's step count (``step``) and ``ts`` the
-beat's own time. It returns a ``slow`` or ``recovered`` event, or None.
+What it is fed: ``observe(ts, phase, rung, position, counter)`` for each beat
+that made progress, where ``position`` is the beat's step count (``step``),
+``ts`` the beat's own time and ``counter`` the output counter that moved (a
+command's bar, read from its output: None for a beat). It returns a ``slow`` or
+``recovered`` event, or None.
 
 The rule:
 
@@ -19,12 +21,16 @@ The rule:
    first :data:`RESTART_WARMUP_S` seconds and :data:`RESTART_WARMUP_STEPS` steps
    are skipped, after each entry into a phase the first :data:`PHASE_WARMUP_S`
    and :data:`PHASE_WARMUP_STEPS`. A silence the supervisor judged a stall
-   (:meth:`PaceDetector.stalled`) is skipped too.
+   (:meth:`PaceDetector.stalled`) is skipped too. Each counter is measured on
+   its own: a new bar (another total or label: an evaluation bar without a label
+   beside the training bar without one) starts a segment of its own and is never
+   pooled with the training pace, and a counter that starts again is a new
+   segment.
 2. **Blocks.** Consecutive intervals are pooled into blocks of at least
    :data:`BLOCK_S` seconds and :data:`BLOCK_STEPS` steps; a block's value is the
    log of its mean step time (seconds / steps). Pooling averages out per-step
    jitter and the beat's write throttle (one write per second at most).
-3. **Baseline per (phase, rung).** The median of the last :data:`BASELINE_BLOCKS`
+3. **Baseline per (phase, rung, counter).** The median of the last :data:`BASELINE_BLOCKS`
    steady blocks of this run in that phase on that rung (a rung, or profile,
    changes the loader and batch settings and with them the pace), and their
    spread: the larger of the standard deviation and 1.4826 x the median absolute
@@ -169,7 +175,8 @@ _WORD = re.compile(r"[a-z]+")
 MAX_TS = 1e12
 MAX_POSITION = 2**53
 
-Key = Tuple[str, str]
+#: (phase, rung, counter): what one baseline measures.
+Key = Tuple[str, str, str]
 
 
 def measured_phase(phase: Optional[str]) -> bool:
@@ -259,7 +266,7 @@ def _shifts(window: Sequence[Tuple[Block, float]], baseline: Baseline) -> Tuple[
 
 @dataclass
 class Baseline:
-    """One (phase, rung)'s steady blocks: their median log step time and robust spread."""
+    """One (phase, rung, counter)'s steady blocks: their median log step time and robust spread."""
 
     values: Deque[float] = field(default_factory=lambda: deque(maxlen=BASELINE_BLOCKS))
     center: float = 0.0
@@ -287,7 +294,7 @@ class Baseline:
 
 @dataclass
 class Segment:
-    """The stretch being measured: one (phase, rung), from the last position seen, past its warm-up."""
+    """The stretch being measured: one (phase, rung, counter), from the last position seen, past its warm-up."""
 
     key: Key
     ts: float
@@ -323,12 +330,15 @@ class PaceDetector:
 
     # --- what the supervisor calls --------------------------------------------------------------
 
-    def observe(self, ts: float, phase: Optional[str], rung: Optional[str], position: int) -> Optional[Dict[str, Any]]:
-        """A progress beat at ``ts`` in ``phase`` on ``rung``, at step ``position``: a ``slow``/``recovered`` event or None."""
+    def observe(
+        self, ts: float, phase: Optional[str], rung: Optional[str], position: int, counter: Optional[str] = None
+    ) -> Optional[Dict[str, Any]]:
+        """A progress beat at ``ts`` in ``phase`` on ``rung``, at step ``position``, ``counter`` the output counter
+        that moved (None: a beat): a ``slow``/``recovered`` event or None."""
         if not measured_phase(phase) or not _usable(ts, position):
             self.segment = None
             return None
-        key = (str(phase or ""), str(rung or ""))
+        key = (str(phase or ""), str(rung or ""), str(counter or ""))
         segment = self.segment
         went_back = segment is not None and position < segment.position  # a new attempt nobody told us of
         if segment is None or segment.key != key or went_back:

@@ -187,7 +187,10 @@ class PaceWatch:
         pid, ts = record.get("pid"), record.get("ts")
         self.main_pid = pid if _whole(pid) else self.main_pid
         when = ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else wall
-        event = self.detector.observe(when, record.get("phase"), self.launch.profile, position)
+        counter = record.get("counter")  # an output counter's (a bar): each is measured on its own
+        event = self.detector.observe(
+            when, record.get("phase"), self.launch.profile, position, counter if isinstance(counter, str) else None
+        )
         if event is not None and event.pop("event") == "slow":
             self.episode = Episode(event, self.attempt)
             self.episodes += 1
