@@ -49,7 +49,7 @@ def test_a_bar_redrawn_in_place_is_read_at_each_state_and_its_last_one_is_the_ta
     bar = f"import time\nfor n in range(6):\n    {draw}; time.sleep(0.05)"
     progress = OutputProgress()
     tee = run([sys.executable, "-c", bar], tmp_path / "log", progress)
-    last = {"phase": "train", "epoch": 1, "batch": 5, "batches": 5, "pattern": "tqdm"}
+    last = {"phase": "train", "epoch": 1, "batch": 5, "batches": 5, "pattern": "tqdm", "counter": "tqdm:Epoch #:5"}
     assert progress.advances == 6 and progress.latest()[0] == last
     assert tee.tail_lines(5) == ["Epoch 1: 100%|##   | 5/5 [00:01<00:02, 1.00it/s]"], "the bar's last state"
     assert tee.tail() == "Epoch 1: 100%|##   | 5/5 [00:01<00:02, 1.00it/s]\n" and tee.last_output is not None

@@ -141,7 +141,7 @@ class Attempt:
             self.proc, output = start(self.launch.argv, self.env)
         except OSError as exc:
             raise CannotStart(exc.strerror or str(exc)) from exc
-        counters = OutputProgress(self.patterns)
+        counters = OutputProgress(self.patterns, floor_s=self.launch.stall_timeout)
         try:
             self.tee = OutputTee(output, self.run_dir.files, self.run_dir.attempt_log(self.number), self.echo, counters)
         except BaseException:

@@ -202,7 +202,10 @@ class Monitor:
         return outcome
 
     def _notice(self, attempt: Attempt, now: float) -> None:
-        """Say once per run that an attempt shows neither beats nor a counter, how it is judged, and what to do."""
+        """Say once per run that an attempt shows neither beats nor a counter, how it is judged, and what to do; and
+        what its output reader says of how its counter is judged (a percentage-only bar)."""
+        for line in attempt.progress.output.notices():
+            say(f"attempt {attempt.number}: {line}")
         if self.noticed or not notice_due(attempt.progress.source, now - attempt.started, attempt.launch.startup_timeout):
             return
         self.noticed = True

@@ -123,7 +123,8 @@ def test_output_progress_takes_any_lines(lines: List[str]) -> None:
     for number, line in enumerate(lines):
         beat = progress.observe(line, float(number))
         if beat is not None:
-            assert set(beat) <= {"phase", "epoch", "epochs", "batch", "batches", "step", "pattern"}
+            places = {"phase", "epoch", "epochs", "batch", "batches", "step", "pattern"}
+            assert set(beat) <= places | {"counter", "side_step", "side_total", "timeout"}
             assert any(key in beat for key in ("epoch", "batch", "step"))
             assert all(isinstance(value, (int, float, str)) for value in beat.values())
     assert progress.advances <= progress.recognised <= len(lines)

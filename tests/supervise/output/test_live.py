@@ -97,7 +97,7 @@ def test_a_tqdm_loop_is_read_advancing_as_it_runs(live: Callable[..., LiveChild]
     train = [(at, beat["batch"]) for at, beat in child.beats if beat.get("phase") == "train"]
     assert [batch for _, batch in train] == list(range(41))  # every step, in order, none twice
     assert train[-1][0] - train[0][0] > 1.0  # read while it ran (40 steps of 50 ms), not all at the end
-    assert child.beats[-1][1] == {"phase": "val", "step": 3, "pattern": "tqdm"}
+    assert child.beats[-1][1] == {"phase": "val", "step": 3, "pattern": "tqdm", "counter": "tqdm:Validating:3"}
     assert child.lines.tail(1) == ["done"]
 
 
@@ -112,6 +112,6 @@ def test_the_same_loop_hung_while_a_thread_chatters_makes_no_progress(live: Call
     assert len(chatter) >= 10  # the thread kept printing ...
     assert [beat for at, beat in child.beats if at > stopped_at] == []  # ... and that is not progress
     beat, _ = child.progress.latest()
-    assert beat == {"phase": "train", "epoch": 0, "batch": 10, "batches": 100, "pattern": "tqdm"}
+    assert beat == {"phase": "train", "epoch": 0, "batch": 10, "batches": 100, "pattern": "tqdm", "counter": "tqdm:Epoch #:100"}
     # the output tail shows the stuck bar, the first chatter line written after it on its line, then the chatter
     assert any("10/100" in line for line in child.lines.tail(40)) and child.lines.tail(1) == ["GPU memory 5.1 GB"]

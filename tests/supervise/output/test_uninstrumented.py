@@ -19,7 +19,9 @@ from typing import List, Optional
 import pytest
 
 from tests.supervised import Finished, survivors, train_cli
+from trainbox import faults
 from trainbox.errors import ExitCode
+from trainbox.supervise.output.counters import PERCENT_NOTICE
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -33,10 +35,11 @@ def program(name: str, *args: str, python: Optional[List[str]] = None) -> List[s
     return [*(python or [sys.executable]), str(PROGRAMS / name), *args]
 
 
-def supervise(run_dir: Path, command: List[str], options: List[str] = SHORT, fault: str = "") -> Finished:
-    """``trainbox supervise`` of ``command`` as it is; ``fault`` reaches it through the ``output`` site."""
+def supervise(run_dir: Path, command: List[str], options: List[str] = SHORT, fault: str = "", text: str = "") -> Finished:
+    """``trainbox supervise`` of ``command`` as it is; ``fault`` reaches it through the ``output`` site (``text``: what
+    its ``seen`` counts)."""
     paths = [str(FIXTURES / "uninstrumented"), os.environ.get("PYTHONPATH", "")]
-    env = {"PYTHONPATH": os.pathsep.join(path for path in paths if path), "TRAIN_FAULT": fault}
+    env = {"PYTHONPATH": os.pathsep.join(path for path in paths if path), "TRAIN_FAULT": fault, faults.TEXT_ENV: text}
     result = train_cli(["supervise", "--run-dir", str(run_dir), *options, "--quiet", "--", *command], run_dir, env)
     assert not survivors(run_dir), f"processes outlived the supervisor: {survivors(run_dir)}"
     return result
@@ -108,6 +111,27 @@ def test_a_loop_hung_at_step_30_while_a_thread_prints_its_timing_is_found_by_its
     assert (stall["budget"], stall["at"], stall["last_beat"]["pattern"]) == ("stall", "step 30", "words"), stall
     tail = (result.incident() / "output-tail.txt").read_text()
     assert tail.count("[timing] ms/step") >= 5, "the thread went on printing through the silence"
+
+
+def test_a_hang_after_a_checkpoint_save_is_placed_at_the_training_step_not_at_the_save_bars(tmp_path: Path) -> None:
+    # a Trainer-style bar with no label; at step 50 a save draws "Writing model shards: 1/1" inside it, then it hangs
+    loop = program("nested_bars.py", "--steps", "80", "--every", "50", "--inner-desc", "Writing model shards")
+    result = supervise(tmp_path, loop, fault="sleep@output,attempt=0,seen>=1", text="| 1/1 [")
+    assert result.code == ExitCode.OK, result.stderr
+    assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
+    stall = result.of("stall")[0]
+    assert stall["at"] == "phase save, step 50", "the training step, with the save as its phase; not 'step 1'"
+    assert (stall["last_beat"]["side_step"], stall["last_beat"]["side_total"]) == (1, 1)
+
+
+def test_a_bar_showing_only_a_percentage_is_judged_by_the_time_a_percent_takes(tmp_path: Path) -> None:
+    # rich.progress.track, one percent every 2.5 s: a healthy loop whose percent takes longer than the 2 s budget
+    bar = program("percent_bar.py", "--delay", "2.5", "--percents", "3")
+    options = ["--startup-timeout", "10", "--stall-timeout", "2", "--grace", "1", "--backoff", "0.1"]
+    result = supervise(tmp_path, bar, options=options)
+    assert result.code == ExitCode.OK, result.stderr
+    assert result.kinds() == ["start", "exit"]
+    assert result.stderr.count(PERCENT_NOTICE) == 1, "said once, at start"
 
 
 def test_a_command_with_no_counter_is_told_how_to_give_progress_and_not_called_misconfigured(tmp_path: Path) -> None:

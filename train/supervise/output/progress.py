@@ -41,20 +41,23 @@ line (Lightning's train bar ends ``val_loss=1.74``): ``val``, ``Validation``,
 ``Validating``, ``eval``, ``Evaluating``, ``Test``, ``Sanity Checking`` and
 Ultralytics' ``Class Images Instances`` header are ``val``; ``train``,
 ``Training``, ``Epoch`` are ``train``; ``Scanning``, ``Caching``, ``Loading``,
-``Downloading`` are ``setup``. Numbers are kept as printed (Lightning counts
+``Downloading`` are ``setup``; ``Saving``, ``Writing``, ``checkpoint``, ``shards``
+(Hugging Face's ``Writing model shards``) are ``save``. Numbers are kept as printed (Lightning counts
 epochs from 0, Ultralytics and Keras from 1).
 
 :class:`OutputProgress` is the stateful reader: it is given every display
 state with the time it was read and answers with a beat (``phase``, ``epoch``,
 ``batch``, ``step`` as ``trainbox.heartbeat.beat`` writes them, plus
-``pattern``) when a counter took a new value. Each counter is a *track* (the
-pattern with its bar's label, digits masked, and total): a reading is progress
-when its track's place differs from that track's last place. So a bar that
-starts again lower (a new epoch, a new phase) is progress, a repeat is not, and
-two bars drawn in turn (tqdm's nested bars, Lightning's train and validation
-bars) are never compared with each other. A reading with a batch but no epoch
-takes the epoch of the last reading that had one (Keras' ``Epoch 3/10`` line,
-Ultralytics' epoch bar before its validation bar).
+``pattern`` and ``counter``) when a counter moved forward. Each counter is a
+*track* (the pattern with its bar's label or the words before a line's number,
+digits masked, and total), followed as a counter by
+:class:`~trainbox.supervise.output.counters.Counters`: forward by its own steps
+(a repeat, a copy behind it, a far jump are not progress; starting again is),
+the run's main counter giving the place, a bar nested in it (an evaluation, a
+save) a phase inside that place, and an epoch fraction from a log line kept
+apart. A reading with a batch but no epoch takes the epoch of the last reading
+that had one (Keras' ``Epoch 3/10`` line, Ultralytics' epoch bar before its
+validation bar).
 
 The forms are taken from the tools' own code and recorded output
 (tests/fixtures/output/): tqdm's ``format_meter`` (``{l_bar}{bar}| {n_fmt}/{total_fmt}
@@ -73,7 +76,8 @@ Limits: a counter is recognised only in one of these forms or the user's;
 scaled counts (``4.5k/10k``) are read to the precision shown; a bar with no
 epoch in its label reads as ``step`` and restarts at each epoch, so two stalls
 at the same step of different epochs look like the same place; two processes
-drawing the same bar (every DDP rank with its own tqdm) share a track. A line
+drawing the same bar (every DDP rank with its own tqdm) share a track, which
+moves with the furthest of them. A line
 that shows a counter costs about 30 µs to read here (a line that cannot, one
 regex search), so a child that prints tens of thousands of counter lines a
 second costs the reader a core.
@@ -81,46 +85,22 @@ second costs the reader a core.
 
 from __future__ import annotations
 
-import collections
 import re
 import threading
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional, OrderedDict, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from trainbox.errors import UserError
+from trainbox.supervise.output.counters import Counters, Number, Reading
 from trainbox.supervise.output.pattern import COUNTER_GROUPS, PATTERN_FLAG, pattern_problem
-
-Number = Union[int, float]
 
 #: Only this much of a line is read: every counter form above sits well inside it, and it bounds the regex work
 #: per line whatever the child prints (TerminalLines already cuts lines at 4096 characters).
 MAX_READ_CHARS = 4096
 #: A counter longer than this many digits is not a counter (a hash, an id): 18 digits still fit in 64 bits.
 MAX_DIGITS = 18
-#: Tracks remembered at once (least recently advanced forgotten first): a run draws a handful of bars; a child
-#: whose bar labels keep changing (a path, a file name in the label) must not grow the table.
-MAX_TRACKS = 64
 #: A phase taken from a user's ``phase`` group is cut to this many characters (it names a budget).
 MAX_PHASE_CHARS = 32
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What one line says about progress: the counters it shows, as printed, and which counter (``track``) it is."""
-
-    pattern: str
-    track: str = ""
-    phase: Optional[str] = None
-    epoch: Optional[Number] = None
-    epochs: Optional[int] = None
-    batch: Optional[int] = None
-    batches: Optional[int] = None
-    step: Optional[int] = None
-
-    @property
-    def place(self) -> Tuple[Optional[str], Optional[Number], Optional[int], Optional[int]]:
-        """Where the counter stands; the same place twice is no progress."""
-        return self.phase, self.epoch, self.batch, self.step
 
 
 @dataclass(frozen=True)
@@ -145,6 +125,7 @@ class ProgressPatternError(UserError):
 _SCALE = {"": 1, "k": 1000, "K": 1000, "M": 10**6, "G": 10**9, "T": 10**12}
 _PHASES = (
     ("setup", re.compile(r"\b(?:scanning|caching|loading|downloading)\b", re.I)),
+    ("save", re.compile(r"\b(?:save|saving|writing|checkpoint|checkpointing|shards?)\b", re.I)),
     ("val", re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing|sanity)\b", re.I)),
     ("train", re.compile(r"\b(?:train|training|epoch)\b", re.I)),
 )
@@ -198,7 +179,7 @@ def _counted(name: str, label: str, count: Optional[int], total: Optional[int]) 
     epoch = _EPOCH_IN_LABEL.search(label)
     phase = phase_of(label)
     if epoch is None:
-        return Reading(name, _track(name, label, total), phase, step=count)
+        return Reading(name, _track(name, label, total), phase, step=count, total=total)
     return Reading(
         name,
         _track(name, label, total),
@@ -207,6 +188,7 @@ def _counted(name: str, label: str, count: Optional[int], total: Optional[int]) 
         epochs=_int(epoch.group(2)),
         batch=count,
         batches=total,
+        total=total,
     )
 
 
@@ -228,9 +210,9 @@ def _ultralytics(match: re.Match[str]) -> Optional[Reading]:
     epoch = _ULTRALYTICS_EPOCH.match(label)
     if epoch is not None:
         track = _track("ultralytics", "epoch", total)
-        return Reading("ultralytics", track, "train", _int(epoch.group(1)), _int(epoch.group(2)), count, total)
+        return Reading("ultralytics", track, "train", _int(epoch.group(1)), _int(epoch.group(2)), count, total, total=total)
     if "Class" in label and "Instances" in label:
-        return Reading("ultralytics", _track("ultralytics", "val", total), "val", batch=count, batches=total)
+        return Reading("ultralytics", _track("ultralytics", "val", total), "val", batch=count, batches=total, total=total)
     return _counted("ultralytics", label, count, total)
 
 
@@ -246,7 +228,8 @@ def _rich(match: re.Match[str]) -> Optional[Reading]:
 
 
 def _keras(match: re.Match[str]) -> Optional[Reading]:
-    return Reading("keras", _track("keras", "", None), batch=_int(match.group("n")), batches=_int(match.group("total")))
+    count, total = _int(match.group("n")), _int(match.group("total"))
+    return Reading("keras", _track("keras", "", None), batch=count, batches=total, total=total)
 
 
 def _keras_epoch(match: re.Match[str]) -> Optional[Reading]:
@@ -257,7 +240,8 @@ def _examples(phase: str) -> Callable[[re.Match[str]], Optional[Reading]]:
     def build(match: re.Match[str]) -> Optional[Reading]:
         epoch = _int(match.groupdict().get("epoch"))
         count, total = _int(match.group("n")), _int(match.group("total"))
-        return Reading("pytorch-examples", _track("pytorch-examples", phase, None), phase, epoch, None, count, total)
+        track = _track("pytorch-examples", phase, None)
+        return Reading("pytorch-examples", track, phase, epoch, None, count, total, total=total)
 
     return build
 
@@ -272,7 +256,7 @@ def _step_words(match: re.Match[str]) -> Optional[Reading]:
     epoch = _EPOCH_IN_LABEL.search(match.string)
     return Reading(
         "words",
-        _track("words", "", None),
+        _track("words", before, None),  # one line form, one counter: "eval step 3" is not "step 3"
         phase_of(before),
         epoch=_int(epoch.group(1)) if epoch else None,
         epochs=_int(epoch.group(2)) if epoch else None,
@@ -427,6 +411,7 @@ def _user_reading(match: re.Match[str]) -> Optional[Reading]:
         batch,
         total if batch is not None else None,
         step,
+        total if batch is not None or step is not None else None,
     )
 
 
@@ -438,23 +423,15 @@ def with_user_patterns(texts: Sequence[str]) -> Tuple[LinePattern, ...]:
 # -- the stateful reader ----------------------------------------------------------------------------------------
 
 
-def beat_of(reading: Reading) -> Dict[str, Any]:
-    """A reading as a heartbeat carries it: ``phase``, ``epoch``, ``batch``, ``step`` (the totals beside), ``pattern``."""
-    fields = ("phase", "epoch", "epochs", "batch", "batches", "step")
-    beat: Dict[str, Any] = {name: getattr(reading, name) for name in fields if getattr(reading, name) is not None}
-    beat["pattern"] = reading.pattern
-    return beat
-
-
 class OutputProgress:
     """Reads every display state of one attempt and says when a counter advanced (see the module docstring).
 
     Thread-safe: the output reader thread calls :meth:`observe`; the supervisor loop calls :meth:`latest`.
     """
 
-    def __init__(self, patterns: Sequence[LinePattern] = PATTERNS) -> None:
+    def __init__(self, patterns: Sequence[LinePattern] = PATTERNS, floor_s: float = 0.0) -> None:
         self._patterns = tuple(patterns)
-        self._places: OrderedDict[str, Tuple[Any, ...]] = collections.OrderedDict()
+        self._counters = Counters(floor_s)
         self._epoch: Tuple[Optional[Number], Optional[int]] = (None, None)
         self._lock = threading.Lock()
         self._beat: Optional[Dict[str, Any]] = None
@@ -465,22 +442,25 @@ class OutputProgress:
         self.advances = 0
 
     def observe(self, line: str, now: float) -> Optional[Dict[str, Any]]:
-        """The beat when ``line`` (read at ``now``, any clock) moved a counter to a new place; None otherwise."""
+        """The beat when ``line`` (read at ``now``, any clock) moved a counter forward; None otherwise (a redraw, a
+        repeat, chatter, a counter that went back: :mod:`trainbox.supervise.output.counters`)."""
         reading = read(line, self._patterns)
         if reading is None:
             return None
         with self._lock:
             self.recognised += 1
-            reading = self._in_context(reading)
-            if self._places.get(reading.track) == reading.place:
-                return None  # the same place again: a redraw, a repeat, chatter
-            self._places[reading.track] = reading.place
-            self._places.move_to_end(reading.track)
-            while len(self._places) > MAX_TRACKS:
-                self._places.popitem(last=False)
-            self._beat, self._at = beat_of(reading), now
+            beat = self._counters.take(self._in_context(reading), now)
+            if beat is None:
+                return None
+            self._beat, self._at = beat, now
             self.advances += 1
-            return dict(self._beat)
+            return dict(beat)
+
+    def notices(self) -> List[str]:
+        """Lines to say once about how this output is judged (each is given once)."""
+        with self._lock:
+            lines, self._counters.notices = self._counters.notices, []
+            return lines
 
     def latest(self) -> Tuple[Optional[Dict[str, Any]], Optional[float]]:
         """The last beat that was progress and when it was read (None, None before the first)."""
