@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -179,14 +180,14 @@ def test_the_cli_reference_is_every_commands_help(site: Path) -> None:
 
     blocks = code_blocks(site / "cli" / "index.html")
     subcommands = next(action for action in build_parser()._actions if action.dest == "command").choices
-    for words in [[], *([name] for name in subcommands)]:
-        shown = printed([sys.executable, "-m", "trainbox", *words, "--help"])
-        assert shown in blocks, f"the CLI reference does not show `python -m trainbox {' '.join(words)} --help` as it prints"
-    tasks = printed([sys.executable, "-m", "invoke", "--list"])
-    assert tasks in blocks
-    names = re.findall(r"^  (\w[\w-]*)", tasks, flags=re.MULTILINE)
-    assert "train" in names and len(names) >= 10, tasks
-    for name in ("train", "bundle"):  # one task with options, one whose positional argument tasks.py answers --help for
-        assert printed([sys.executable, "-m", "invoke", name, "--help"]) in blocks, f"invoke {name} --help"
+    trainbox = [[sys.executable, "-m", "trainbox", *words, "--help"] for words in [[], *([name] for name in subcommands)]]
+    # invoke: its list, one task with options, one whose positional argument tasks.py answers --help for.
+    invoke = [[sys.executable, "-m", "invoke", *words] for words in (["--list"], ["train", "--help"], ["bundle", "--help"])]
+    with ThreadPoolExecutor(max_workers=4) as pool:  # each is a Python starting: side by side, they wait less
+        shown = list(pool.map(printed, trainbox + invoke))
+    for argv, text in zip(trainbox + invoke, shown):
+        assert text in blocks, f"the CLI reference does not show `{' '.join(argv[2:])}` as it prints"
+    names = re.findall(r"^  (\w[\w-]*)", shown[len(trainbox)], flags=re.MULTILINE)
+    assert "train" in names and len(names) >= 10, shown[len(trainbox)]
     headings = set(re.findall(r'<h3 id="invoke-([\w-]+)"', (site / "cli" / "index.html").read_text()))
     assert headings == set(names), "a heading for every task"
