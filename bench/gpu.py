@@ -1,25 +1,41 @@
-"""On one GPU: trainbox's profiles against bare Ultralytics with its defaults, on the same data.
+"""On one GPU (or the CPU): trainbox's profiles against bare Ultralytics on the same data, split into its parts.
 
-    python bench/gpu.py [--device 0] [--rounds 2] [--train 2048] [--val 256] [--imgsz 640] [--batch 64] [--epochs 4]
-                        [--data DIR] [--out DIR]
+    python bench/gpu.py --device 0 --rounds 2               # every variant and the ablation, interleaved with bare
+    python bench/gpu.py --device cpu --train 400 --val 16 --imgsz 64 --batch 8 --epochs 2 --rounds 1  # the CPU's
     python bench/gpu.py --device cpu --quick [--out DIR]     # what CI runs: tiny data, every variant once
 
-Variants, interleaved round by round on one generated dataset (``trainbox.yolo.demo_data``, written in parallel shards):
+Variants, round by round on one generated dataset (``trainbox.yolo.demo_data``, written in parallel shards), each
+round starting with bare, so that every variant has a bare run of its own call and round to compare with:
 
 * ``bare``: ``YOLO("yolov8n.yaml").train(...)`` in a plain process with Ultralytics' defaults (``workers=8``,
   ``amp=True``), offline as trainbox trains (``common.BARE``). Its AMP check tries to download ``yolo26n.pt``; the
   network guard refuses that (``network_refusals``) and Ultralytics then trains with AMP on, as it does offline.
-* ``fast``, ``fast-compile``, ``balanced``, ``safe``: ``python -m trainbox run --profile NAME`` (supervisor, profile
+* ``fast``, ``balanced``, ``safe``, ``fast-compile``: ``python -m trainbox run --profile NAME`` (supervisor, profile
   trainer, heartbeats, atomic checkpoints, AMP and workers decided for the device: the run's ``device`` event).
+* ``bare-supervised``: the bare run under ``python -m trainbox supervise``: Ultralytics' own loader (fork, its
+  prefetch and workers), watched only from outside (the candidate top rung).
+* The ablation, ``fast/...``: ``fast`` with one of its differences from bare switched back: ``fork`` (workers forked
+  from the training process, as bare's), ``prefetch4`` (Ultralytics' prefetch), ``val-workers`` (validation with
+  twice the training workers, as Ultralytics'), ``threads`` (torch's intra-op threads capped at
+  ``min(8, cores - 1)``, as Ultralytics'), ``no-exact-resume`` (no per-sample seeds, no positioned sampler),
+  ``plain-checkpoints`` (Ultralytics' own save: no staging, no fsync), ``no-heartbeat`` (no heartbeat writes),
+  ``no-midepoch`` (no mid-epoch checkpoints), ``no-supervisor`` (the training process run directly). Profile
+  settings go in through a copy of the profiles (``TRAIN_PROFILES_DIR``), the rest through
+  ``bench/marks/sitecustomize.py`` (``TRAIN_BENCH_ABLATE``).
 
-Per run: steady seconds per epoch (Ultralytics' ``results.csv``: cumulative time at each epoch's end, after the first
-epoch, validation and checkpoint saves included); time to the first batch (launch to the first heartbeat after a
-trained batch: imports, dataset scan, model build, worker start, kernel selection or compilation); peak memory (on a GPU
-what ``nvidia-smi`` reports for the run's processes, on the CPU the resident memory of its process tree); for trainbox
-the supervisor's own CPU time as a share of the run's wall time (its overhead: it polls, it does not touch the training).
-``speed`` is bare's seconds per epoch over the variant's, in the same round: 1.0 is as fast as bare, above is faster.
-Goal: ``fast`` at 0.97 or more. Results: ``bench/results/gpu.json`` and ``gpu.md`` (``gpu-quick.*`` with ``--quick``),
-or in ``--out``.
+Per run, from marks that ``bench/marks/sitecustomize.py`` records in the training process, the same way for bare
+and for trainbox (``bench/phases.py``): time to the first batch, by phase (supervisor, imports, device probe and AMP
+check, dataset scan, set-up, worker start, first step); steady images per second in the middle of every epoch and
+the share of it the main thread waited on the DataLoader; the fixed cost per epoch (validation, checkpoint save,
+the rest of the epoch boundary) in seconds. Also GPU utilisation in those steady stretches (``nvidia-smi``, once a
+second), peak memory (GPU: ``nvidia-smi``; CPU: the run's process tree), the supervisor's own CPU time as a share of
+the run's wall time, and the old figures: seconds per epoch from ``results.csv`` (after the first epoch, validation
+and saves included) and ``speed``, bare's seconds per epoch over the variant's. ``steady_ratio`` is the variant's
+steady images per second over bare's in the same round: 1.0 is as fast as bare. Goals: ``fast`` at 0.98 or more,
+a fixed cost per epoch within 1 s of bare's and a first batch within 5 s of bare's (3 s on the CPU). ``--time-limit``
+stops starting runs past that many seconds and writes what finished. Results: ``bench/results/NAME.json`` and
+``NAME.md``, NAME from ``--name`` (default ``gpu-ablation``, on the CPU ``gpu-ablation-cpu``, ``gpu-quick`` with
+``--quick``). The H100 and H200 figures of the old bench stay in ``gpu.md`` and ``gpu-h200.md``.
 """
 
 from __future__ import annotations
@@ -37,33 +53,49 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+import phases
 import psutil
+import yaml
 from common import REPO, RESULTS, RunDir, bare_command, cli_env, epoch_seconds, events, span, summary, write_results
 
 from trainbox.yolo.demo_data import write_demo_dataset
 
-VARIANTS = ("bare", "fast", "fast-compile", "balanced", "safe")
+VARIANTS = ("bare", "fast", "balanced", "safe", "bare-supervised", "fast-compile")
+#: Ablation variants: fast with one difference from bare switched back: profile settings, or the sitecustomize's.
+ABLATION: Dict[str, Dict[str, Any]] = {
+    "fast/fork": {"profile": {"multiprocessing_context": None}},
+    "fast/prefetch4": {"profile": {"prefetch_factor": 4}},
+    "fast/val-workers": {"ablate": "val-workers"},
+    "fast/threads": {"profile": {"cpu_threads": "bare"}},
+    "fast/no-exact-resume": {"ablate": "no-exact-resume"},
+    "fast/plain-checkpoints": {"ablate": "plain-checkpoints"},
+    "fast/no-heartbeat": {"ablate": "no-heartbeat"},
+    "fast/no-midepoch": {"profile": {"midepoch_checkpoint_s": 0}},
+    "fast/no-supervisor": {},
+}
+ALL = VARIANTS + tuple(ABLATION)
 #: Variants that torch.compile. With --quick on the CPU they run with TORCH_COMPILE_DISABLE=1 (compile calls run
 #: eagerly): Inductor's C++ compile of yolov8n takes minutes on 2 cores, and --quick checks the bench, not compile.
 COMPILED = ("fast-compile",)
 #: --quick: the least that still has a steady state (2 epochs) and a few batches per epoch.
 QUICK = {"train": 16, "val": 4, "imgsz": 64, "batch": 8, "epochs": 2, "rounds": 1}
-#: Seconds between looks at a run's heartbeat and memory (nvidia-smi every GPU_POLL_S: it costs tens of ms).
+#: Seconds between looks at a run's memory and the GPU's (nvidia-smi every GPU_POLL_S: it costs tens of ms).
 POLL_S = 0.05
 GPU_POLL_S = 1.0
 MIB = 1024 * 1024
-#: trainbox fast's speed relative to bare Ultralytics that issue 16 asks for, on a GPU.
-GOAL = 0.97
+#: fast's steady speed relative to bare Ultralytics that the goal asks for, on a GPU.
+GOAL = 0.98
+#: Where the marks' sitecustomize lives: first on every run's PYTHONPATH.
+MARKS_DIR = Path(__file__).resolve().parent / "marks"
 DIFFERENCES = (
-    "What differs between bare and `fast` besides the supervisor (each a suspect where `fast` is slower): workers "
-    "start with spawn, not fork; prefetch 2 batches per worker, not 4; validation uses as many workers as training, "
-    "not twice as many; torch uses every core for intra-op threads, not all but one (on a busy CPU this alone "
-    "costs a factor of 2 or more); every sample is seeded from (seed, epoch, index) and the epoch's order "
-    "computed in the training process (exact resume); checkpoints are staged, fsynced and renamed; heartbeats "
-    "and a mid-epoch checkpoint every 300 s. `safe` and `balanced` differ more: 0 and 2 workers, and `balanced` "
-    "starts its workers again for every epoch and validation pass."
+    "What differs between bare and `fast` besides the supervisor (the ablation switches each back): workers start "
+    "from a preloaded forkserver (spawn before), not by fork; prefetch 2 batches per worker, not 4; validation uses "
+    "as many workers as training, not twice as many; torch uses every core for intra-op threads, not "
+    "min(8, cores - 1); every sample is seeded from (seed, epoch, index) and the epoch's order computed in the "
+    "training process (exact resume); checkpoints are staged, fsynced and renamed; heartbeats; a mid-epoch "
+    "checkpoint every 300 s; the supervisor's sampling."
 )
 
 
@@ -71,9 +103,9 @@ DIFFERENCES = (
 class Watched:
     """What a watcher thread saw of one run while it ran."""
 
-    first_batch_s: Optional[float] = None
     peak_mib: float = 0.0
     supervisor_cpu_s: float = 0.0
+    gpu_busy: List[Tuple[float, float]] = dataclasses.field(default_factory=list)
 
 
 def _tree(root: psutil.Process) -> List[psutil.Process]:
@@ -83,41 +115,36 @@ def _tree(root: psutil.Process) -> List[psutil.Process]:
         return []
 
 
-def gpu_used_mib(index: str) -> Optional[float]:
-    """Memory in use on GPU ``index``, as nvidia-smi reports it; None where there is no nvidia-smi.
+def gpu_query(index: str) -> Optional[Tuple[float, float]]:
+    """(memory in use in MiB, utilisation in %) of GPU ``index``, as nvidia-smi reports them; None without it.
 
     The whole GPU, not per process: process ids inside a container's PID namespace do not match nvidia-smi's. The
-    run's share is the peak minus what was in use before it started (the bench machine runs nothing else).
+    run's memory is the peak minus what was in use before it started (the bench machine runs nothing else).
     """
     if shutil.which("nvidia-smi") is None:
         return None
-    query = ["nvidia-smi", "-i", index, "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    query = ["nvidia-smi", "-i", index, "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits"]
     done = subprocess.run(query, capture_output=True, text=True, timeout=10)
     try:
-        return float(done.stdout.split()[0])
-    except (IndexError, ValueError):
+        memory, busy = (float(part) for part in done.stdout.strip().split(","))
+    except ValueError:
         return None
+    return memory, busy
 
 
-def watch(
-    proc: subprocess.Popen, heartbeat: Path, gpu: Optional[str], started: float, seen: Watched, done: threading.Event
-) -> None:
-    """Until ``done``: the first beat after a trained batch, peak memory, the root process's own CPU time."""
+def watch(proc: subprocess.Popen, gpu: Optional[str], seen: Watched, done: threading.Event) -> None:
+    """Until ``done``: peak memory, GPU utilisation samples, the root process's own CPU time."""
     root = psutil.Process(proc.pid)
-    baseline = (gpu_used_mib(gpu) or 0.0) if gpu else 0.0
+    baseline = (gpu_query(gpu) or (0.0, 0.0))[0] if gpu else 0.0
     next_gpu = 0.0
     while not done.is_set():
         now = time.monotonic()
-        if seen.first_batch_s is None:
-            try:
-                beat = json.loads(heartbeat.read_text())
-            except (OSError, ValueError):
-                beat = {}
-            if isinstance(beat, dict) and (beat.get("batch") or 0) >= 1:
-                seen.first_batch_s = now - started
         if gpu and now >= next_gpu:
             next_gpu = now + GPU_POLL_S
-            seen.peak_mib = max(seen.peak_mib, (gpu_used_mib(gpu) or baseline) - baseline)
+            found = gpu_query(gpu)
+            if found is not None:
+                seen.peak_mib = max(seen.peak_mib, found[0] - baseline)
+                seen.gpu_busy.append((time.time(), found[1]))
         elif not gpu:
             resident = 0
             for process in _tree(root):
@@ -134,23 +161,53 @@ def watch(
         done.wait(POLL_S)
 
 
-def run_variant(
-    variant: str, run_dir: Path, train_args: List[str], gpu: Optional[str], timeout: float, compile_off: bool = False
-) -> Dict[str, Any]:
-    """One run of ``variant``; its figures. ``compile_off``: torch.compile runs eagerly (``TORCH_COMPILE_DISABLE``)."""
+def profiles_dir(variant: str, directory: Path) -> Optional[Path]:
+    """A copy of the profiles with ``fast`` changed as an ablation variant asks; None when it changes none."""
+    changes = ABLATION.get(variant, {}).get("profile")
+    if not changes:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in (REPO / "env" / "profiles").glob("*.yaml"):
+        shutil.copy(path, directory / path.name)
+    fast = yaml.safe_load((directory / "fast.yaml").read_text())
+    for key, value in changes.items():
+        # Ultralytics' own thread count: min(8, cores - 1) (BaseTrainer.__init__), at least 1.
+        fast[key] = max(1, min(8, (os.cpu_count() or 2) - 1)) if value == "bare" else value
+    (directory / "fast.yaml").write_text(yaml.safe_dump(fast))
+    return directory
+
+
+def command(variant: str, run_dir: Path, train_args: List[str]) -> Tuple[List[str], Dict[str, str]]:
+    """The command line of one run of ``variant``, and what it adds to the environment."""
     run = RunDir(run_dir)
-    env = cli_env({"TORCH_COMPILE_DISABLE": "1"} if compile_off else {})  # an import root already set is kept
+    env = {"PYTHONPATH": str(MARKS_DIR), "TRAIN_BENCH_MARKS": str(run_dir / "marks.jsonl")}
+    if "ablate" in ABLATION.get(variant, {}):
+        env["TRAIN_BENCH_ABLATE"] = ABLATION[variant]["ablate"]
+    profiles = profiles_dir(variant, run_dir.parent / f"profiles-{run_dir.name}")
+    if profiles is not None:
+        env["TRAIN_PROFILES_DIR"] = str(profiles)
+    trainbox = [sys.executable, "-m", "trainbox"]
     if variant == "bare":
-        argv = bare_command(run_dir, train_args)
-        env["TRAIN_HEARTBEAT_FILE"] = str(run.heartbeat)
-    else:
-        argv = [sys.executable, "-m", "trainbox", "run", "--profile", variant, "--run-dir", str(run_dir), "--quiet", *train_args]
+        return bare_command(run_dir, train_args), dict(env, TRAIN_HEARTBEAT_FILE=str(run.heartbeat))
+    if variant == "bare-supervised":
+        return [*trainbox, "supervise", "--run-dir", str(run_dir), "--quiet", "--", *bare_command(run_dir, train_args)], env
+    if variant == "fast/no-supervisor":
+        argv = [sys.executable, "-m", "trainbox.yolo", "--profile", "fast", "--run-dir", str(run_dir), *train_args]
+        return argv, dict(env, TRAIN_HEARTBEAT_FILE=str(run.heartbeat))
+    profile = variant.split("/")[0]
+    return [*trainbox, "run", "--profile", profile, "--run-dir", str(run_dir), "--quiet", *train_args], env
+
+
+def launch(
+    argv: List[str], env: Dict[str, str], run_dir: Path, gpu: Optional[str], timeout: float
+) -> Tuple[Watched, float, float]:
+    """Run ``argv`` to its end under a watcher; (what it saw, when it was launched, its wall time)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     seen, done = Watched(), threading.Event()
-    started = time.monotonic()
+    launched, started = time.time(), time.monotonic()
     with open(run_dir / "bench-output.log", "wb") as output:
         proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
-        watcher = threading.Thread(target=watch, args=(proc, run.heartbeat, gpu, started, seen, done), daemon=True)
+        watcher = threading.Thread(target=watch, args=(proc, gpu, seen, done), daemon=True)
         watcher.start()
         try:
             code = proc.wait(timeout=timeout)
@@ -162,21 +219,42 @@ def run_variant(
     wall = time.monotonic() - started
     if code != 0:
         tail = (run_dir / "bench-output.log").read_text(errors="replace")[-2000:]
-        raise SystemExit(f"{variant}: exit {code} after {wall:.0f} s; output ends:\n{tail}")
-    if seen.first_batch_s is None:
-        raise SystemExit(f"{variant}: no heartbeat after a trained batch was seen in {run.heartbeat}")
+        raise SystemExit(f"{argv[:6]}: exit {code} after {wall:.0f} s; output ends:\n{tail}")
+    return seen, launched, wall
+
+
+def run_variant(
+    variant: str, run_dir: Path, train_args: List[str], gpu: Optional[str], timeout: float, compile_off: bool = False
+) -> Dict[str, Any]:
+    """One run of ``variant``; its figures. ``compile_off``: torch.compile runs eagerly (``TORCH_COMPILE_DISABLE``)."""
+    argv, env = command(variant, run_dir, train_args)
+    if compile_off:
+        env["TORCH_COMPILE_DISABLE"] = "1"
+    seen, launched, wall = launch(argv, cli_env(env), run_dir, gpu, timeout)
+    run = RunDir(run_dir)
+    record = phases.read(run_dir / "marks.jsonl")
+    batch = int(next(pair for pair in train_args if pair.startswith("batch=")).split("=")[1])
+    first = phases.first_batch(record, launched)
+    steady = phases.steady(record, batch)
     refusals = run.network_log.read_text().count(" pid=") if run.network_log.exists() else 0
     result: Dict[str, Any] = {
         "epoch_s": epoch_seconds(run_dir),
-        "first_batch_s": seen.first_batch_s,
+        "first_batch_s": first.pop("total"),
+        "phase": first,
+        **{key: value for key, value in steady.items() if value is not None},
+        "fixed": phases.fixed_costs(record, steady["batch_s"]),
         "peak_mib": round(seen.peak_mib, 1),
         "wall_s": round(wall, 2),
         "network_refusals": refusals,
     }
+    busy = phases.gpu_busy(record, seen.gpu_busy)
+    if busy is not None:
+        result["gpu_busy_pct"] = busy
     if compile_off:
         result["compile_off"] = True
-    if variant != "bare":
+    if variant not in ("bare", "fast/no-supervisor"):
         result["supervisor_cpu_share"] = seen.supervisor_cpu_s / wall
+    if variant != "bare" and variant != "bare-supervised":
         result["device"] = next((e for e in events(run_dir) if e["event"] == "device"), None)
     return result
 
@@ -209,43 +287,118 @@ def _versions() -> Dict[str, str]:
     return {name: importlib.metadata.version(name) for name in ("torch", "ultralytics")}
 
 
+def _cell(row: Dict[str, Any], key: str, scale: float = 1.0, digits: int = 2) -> str:
+    return span(row[key], scale=scale, digits=digits) if key in row else "—"
+
+
+PHASES = ("supervisor", "imports", "probe", "scan", "setup", "workers", "first_step")
+FIXED = ("val", "save", "boundary")
+
+
+def _main_rows(result: Dict[str, Any]) -> List[str]:
+    table, on_gpu = result["variants"], result["memory"] == "GPU"
+    lines = [
+        "| variant | amp | workers | steady img/s | steady vs bare | loader wait | GPU busy % | fixed s/epoch "
+        "(val / save / boundary) | first batch s | s/epoch (results.csv) | speed vs bare (old) | "
+        f"peak {result['memory']} MiB | supervisor CPU |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in (v for v in ALL if v in table):
+        row = table[name]
+        decided = row.get("device") or {}
+        amp = decided.get("amp", "True (its check skipped offline)" if on_gpu else "False (CPU)")
+        workers = decided.get("workers", "8" if on_gpu else "0 (Ultralytics' choice on the CPU)")
+        fixed = " / ".join(_cell(row, f"fixed_{key}", digits=2) for key in FIXED)
+        shown = f"{name} (compile off: --quick on the CPU)" if row["compile_off"] else name
+        lines.append(
+            f"| {shown} | {amp} | {workers} | {_cell(row, 'imgs_per_s', digits=1)} | "
+            f"{_cell(row, 'steady_ratio', digits=3)} | {_cell(row, 'loader_wait_share', 100, 1)} % | "
+            f"{_cell(row, 'gpu_busy_pct', digits=0)} | {_cell(row, 'fixed_total')} ({fixed}) | "
+            f"{_cell(row, 'first_batch_s', digits=1)} | {_cell(row, 'epoch_s')} | {_cell(row, 'speed', digits=3)} | "
+            f"{_cell(row, 'peak_mib', digits=0)} | {_cell(row, 'supervisor_cpu_share', 100, 2)} % |"
+        )
+    return lines
+
+
+def _phase_rows(table: Dict[str, Any]) -> List[str]:
+    lines = [
+        "| variant | first batch s | " + " | ".join(PHASES) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in PHASES) + " |",
+    ]
+    for name in (v for v in ALL if v in table):
+        row = table[name]
+        cells = " | ".join(_cell(row, f"phase_{key}", digits=2) for key in PHASES)
+        lines.append(f"| {name} | {_cell(row, 'first_batch_s', digits=1)} | {cells} |")
+    return lines
+
+
+def _share(gain: float, gap: float) -> str:
+    return f"{100 * gain / gap:.0f} %" if abs(gap) > 1e-9 else "—"
+
+
+def _ablation_rows(table: Dict[str, Any]) -> List[str]:
+    """Each ablation variant's gain over fast, as a share of fast's gap to bare (steady speed; first batch)."""
+    fast = table.get("fast", {})
+    if "steady_ratio" not in fast or not any(v in table for v in ABLATION):
+        return []
+    speed_gap = 1.0 - fast["steady_ratio"]["median"]
+    first_gap = fast["first_batch_s"]["median"] - table["bare"]["first_batch_s"]["median"]
+    fixed_gap = fast.get("fixed_total", {}).get("median", 0.0) - table["bare"].get("fixed_total", {}).get("median", 0.0)
+    lines = [
+        f"Ablation: `fast` with one difference switched back to bare's. Gaps of `fast` to bare: steady speed "
+        f"{speed_gap:+.3f} (1 - its ratio), first batch {first_gap:+.1f} s, fixed cost {fixed_gap:+.2f} s per epoch. "
+        "A share is the variant's gain over `fast` as a part of that gap (negative: switching it back cost).",
+        "",
+        "| switched back | steady vs bare | share of the speed gap | first batch s | share of the first-batch gap | "
+        "fixed s/epoch | share of the fixed-cost gap |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in (v for v in ABLATION if v in table and "steady_ratio" in table[v]):
+        row = table[name]
+        ratio, first = row["steady_ratio"]["median"], row["first_batch_s"]["median"]
+        fixed = row.get("fixed_total", {}).get("median")
+        fixed_share = (
+            _share(fast["fixed_total"]["median"] - fixed, fixed_gap) if fixed is not None and "fixed_total" in fast else "—"
+        )
+        lines.append(
+            f"| {name.split('/', 1)[1]} | {span(row['steady_ratio'], digits=3)} | "
+            f"{_share(ratio - fast['steady_ratio']['median'], speed_gap)} | {span(row['first_batch_s'], digits=1)} | "
+            f"{_share(fast['first_batch_s']['median'] - first, first_gap)} | {_cell(row, 'fixed_total')} | {fixed_share} |"
+        )
+    return lines
+
+
 def markdown(result: Dict[str, Any], command: str) -> str:
     table = result["variants"]
-    decided_by = next((v for v in VARIANTS if v in table and table[v].get("device")), "fast")
+    decided_by = next((v for v in ALL if v in table and table[v].get("device")), "fast")
     device = table.get(decided_by, {}).get("device") or {}
     setup = result["setup"]
     lines = [
-        f"# {device.get('description', 'device')}: trainbox profiles against bare Ultralytics",
+        f"# {device.get('description', 'device')}: trainbox against bare Ultralytics, split into its parts",
         "",
         f"yolov8n, {setup['train']} train / {setup['val']} val images at {setup['imgsz']} px, batch {setup['batch']}, "
-        f"{setup['epochs']} epochs, {setup['rounds']} interleaved round(s); torch {result['versions']['torch']}, "
-        f"Ultralytics {result['versions']['ultralytics']}.",
+        f"{setup['epochs']} epochs, {setup['rounds']} interleaved round(s), each starting with bare; torch "
+        f"{result['versions']['torch']}, Ultralytics {result['versions']['ultralytics']}. Load average (1 min) "
+        f"during the runs: {span(result['load'], digits=1)}. Each figure is the median [min–max] over the rounds.",
         "",
         f"Command: `{command}`",
         "",
-        "| variant | amp | workers | s per epoch (steady) | speed vs bare | time to first batch s | "
-        f"peak {result['memory']} MiB | supervisor CPU share |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *_main_rows(result),
+        "",
+        "Time to first batch by phase, seconds:",
+        "",
+        *_phase_rows(table),
     ]
-    for name in (v for v in VARIANTS if v in table):
-        row = table[name]
-        decided = row.get("device") or {}
-        on_gpu = result["memory"] == "GPU"
-        amp = decided.get("amp", "True (its check skipped offline)" if on_gpu else "False (CPU)")
-        workers = decided.get("workers", "8" if on_gpu else "0 (Ultralytics' choice on the CPU)")
-        share = span(row["supervisor_cpu_share"], scale=100, digits=2) + " %" if "supervisor_cpu_share" in row else "—"
-        shown = f"{name} (compile off: --quick on the CPU)" if row["compile_off"] else name
-        lines.append(
-            f"| {shown} | {amp} | {workers} | {span(row['epoch_s'])} | {span(row['speed'], digits=3)} | "
-            f"{span(row['first_batch_s'], digits=1)} | {span(row['peak_mib'], digits=0)} | {share} |"
-        )
-    if "fast" in table:
-        fast = table["fast"]["speed"]["median"]
-        if result["memory"] == "GPU":
-            verdict = "met" if fast >= GOAL else "not met"
-            lines += ["", f"Goal, `fast` at {GOAL} of bare's speed or more: {verdict} ({fast:.3f})."]
-        else:
-            lines += ["", f"On the CPU `fast` is at {fast:.3f} of bare's speed; the goal ({GOAL} or more) is for a GPU."]
+    ablation = _ablation_rows(table)
+    if ablation:
+        lines += ["", *ablation]
+    if "fast" in table and "steady_ratio" in table["fast"]:
+        fast = table["fast"]["steady_ratio"]["median"]
+        where = "" if result["memory"] == "GPU" else " (on the CPU; the goal is for a GPU)"
+        lines += [
+            "",
+            f"Goal, `fast` at {GOAL} of bare's steady speed or more{where}: {'met' if fast >= GOAL else 'not met'} ({fast:.3f}).",
+        ]
     lines += ["", DIFFERENCES]
     if device:
         lines += [
@@ -257,22 +410,81 @@ def markdown(result: Dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _flatten(figures: Dict[str, Any]) -> Dict[str, Any]:
+    """``phase`` and ``fixed`` sub-figures as ``phase_<name>`` and ``fixed_<name>``; None values dropped."""
+    flat = {key: value for key, value in figures.items() if key not in ("phase", "fixed")}
+    for group in ("phase", "fixed"):
+        flat.update({f"{group}_{key}": value for key, value in (figures.get(group) or {}).items() if value is not None})
+    return flat
+
+
+def rounds(
+    args: argparse.Namespace, chosen: List[str], gpu: Optional[str], directory: Path, data: Path
+) -> Dict[str, Dict[str, List[Any]]]:
+    """Every chosen variant once per round, bare first; stops starting runs past ``--time-limit``."""
+    train_args = [f"data={data}", f"epochs={args.epochs}", f"imgsz={args.imgsz}", f"batch={args.batch}",
+                  f"device={args.device}", "plots=False"]  # fmt: skip
+    rows: Dict[str, Dict[str, List[Any]]] = {v: {} for v in chosen}
+    begun = time.monotonic()
+    for round_ in range(args.rounds):
+        bare: Dict[str, Any] = {}
+        for variant in chosen:
+            if args.time_limit and time.monotonic() - begun > args.time_limit:
+                print(f"--time-limit {args.time_limit:.0f} s reached: {variant} of round {round_ + 1} not run", flush=True)
+                return rows
+            compile_off = variant in COMPILED and args.quick and gpu is None
+            slug = variant.replace("/", "-")
+            figures = _flatten(run_variant(variant, directory / f"{slug}-{round_}", train_args, gpu, args.timeout, compile_off))
+            bare = bare or figures
+            figures["speed"] = bare["epoch_s"] / figures["epoch_s"]
+            if "imgs_per_s" in figures and "imgs_per_s" in bare:
+                figures["steady_ratio"] = figures["imgs_per_s"] / bare["imgs_per_s"]
+            figures["load"] = os.getloadavg()[0]
+            for key, value in figures.items():
+                rows[variant].setdefault(key, []).append(value)
+            print(
+                f"round {round_ + 1}/{args.rounds} {variant}: {figures.get('imgs_per_s', 0):.1f} img/s steady "
+                f"(x{figures.get('steady_ratio', 0):.3f}), {figures['epoch_s']:.2f} s/epoch, first batch "
+                f"{figures['first_batch_s']:.1f} s, load {figures['load']:.1f}",
+                flush=True,
+            )
+    return rows
+
+
+def _summaries(rows: Dict[str, Dict[str, List[Any]]]) -> Dict[str, Dict[str, Any]]:
+    variants: Dict[str, Dict[str, Any]] = {}
+    listed = ("device", "network_refusals", "compile_off")
+    for variant, columns in rows.items():
+        if not columns:
+            continue
+        kept = {key: summary(values) for key, values in columns.items() if key not in listed}
+        variants[variant] = dict(kept, network_refusals=sum(columns["network_refusals"]), compile_off="compile_off" in columns)
+        if "device" in columns:
+            variants[variant]["device"] = columns["device"][0]
+    return variants
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="0", help="Ultralytics' device= (a GPU index, or cpu)")
     parser.add_argument("--quick", action="store_true", help="tiny data, every variant once: " + json.dumps(QUICK))
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--train", type=int, default=2048)
-    parser.add_argument("--val", type=int, default=256)
+    parser.add_argument("--train", type=int, default=4800, help="images (default: 300 batches of 16 an epoch)")
+    parser.add_argument("--val", type=int, default=128)
     parser.add_argument("--imgsz", type=int, default=640)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--data", type=Path, default=None, help="a data.yaml to train on instead of generated data")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where gpu.json and gpu.md go (default bench/results)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the results go (default bench/results)")
+    parser.add_argument("--name", default=None, help="the results' file name (default: see the module docstring)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
-    parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="which to run, comma-separated; bare always runs (speed is relative to it)"
-    )
+    parser.add_argument("--time-limit", type=float, default=0, help="start no run past this many seconds (0: none)")
+    parser.add_argument("--variants", default=",".join(ALL), help="comma-separated; bare always runs, first in each round")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.quick:
         parser.set_defaults(**QUICK)
@@ -281,43 +493,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--epochs must be at least 2 (the steady state is after the first)")
     gpu = None if args.device == "cpu" else args.device
     asked = set(args.variants.split(",")) | {"bare"}
-    if asked - set(VARIANTS):
-        parser.error(f"--variants: unknown {', '.join(sorted(asked - set(VARIANTS)))}; known: {', '.join(VARIANTS)}")
-    chosen = [v for v in VARIANTS if v in asked]
-    rows: Dict[str, Dict[str, List[Any]]] = {v: {} for v in chosen}
+    if asked - set(ALL):
+        parser.error(f"--variants: unknown {', '.join(sorted(asked - set(ALL)))}; known: {', '.join(ALL)}")
+    chosen = [v for v in ALL if v in asked]
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="trainbox-gpu-bench-") as tmp:
         data = args.data or demo_data(Path(tmp) / "data", args.train, args.val, args.imgsz, min(16, os.cpu_count() or 1))
-        train_args = [f"data={data}", f"epochs={args.epochs}", f"imgsz={args.imgsz}", f"batch={args.batch}",
-                      f"device={args.device}", "plots=False"]  # fmt: skip
-        for round_ in range(args.rounds):
-            bare_epoch_s = None
-            for variant in chosen:
-                compile_off = variant in COMPILED and args.quick and gpu is None
-                figures = run_variant(variant, Path(tmp) / f"{variant}-{round_}", train_args, gpu, args.timeout, compile_off)
-                bare_epoch_s = bare_epoch_s or figures["epoch_s"]
-                figures["speed"] = bare_epoch_s / figures["epoch_s"]
-                for key, value in figures.items():
-                    rows[variant].setdefault(key, []).append(value)
-                print(
-                    f"round {round_ + 1}/{args.rounds} {variant}: {figures['epoch_s']:.2f} s/epoch "
-                    f"(speed {figures['speed']:.3f}), first batch {figures['first_batch_s']:.1f} s",
-                    flush=True,
-                )
-    variants: Dict[str, Dict[str, Any]] = {}
-    for variant, columns in rows.items():
-        listed = ("device", "network_refusals", "compile_off")
-        kept = {key: summary(values) for key, values in columns.items() if key not in listed}
-        variants[variant] = dict(kept, network_refusals=sum(columns["network_refusals"]), compile_off="compile_off" in columns)
-        if "device" in columns:
-            variants[variant]["device"] = columns["device"][0]
+        rows = rounds(args, chosen, gpu, Path(tmp), data)
+    variants = _summaries(rows)
+    loads += [value for column in rows.values() for value in column.get("load", [])]
     setup = {key: getattr(args, key) for key in ("train", "val", "imgsz", "batch", "epochs", "rounds", "device")}
-    result = {"setup": setup, "versions": _versions(), "memory": "GPU" if gpu else "host RSS", "variants": variants}
-    subset = "" if len(chosen) == len(VARIANTS) else f" --variants {','.join(chosen)}"
+    result = {"setup": setup, "versions": _versions(), "memory": "GPU" if gpu else "host RSS", "variants": variants,
+              "load": summary(loads)}  # fmt: skip
+    subset = "" if len(chosen) == len(ALL) else f" --variants {','.join(chosen)}"
     flags = f"--device {args.device}{subset}" + (" --quick" if args.quick else f" --rounds {args.rounds} --train {args.train} "
              f"--val {args.val} --imgsz {args.imgsz} --batch {args.batch} --epochs {args.epochs}")  # fmt: skip
     md = markdown(result, f"python bench/gpu.py {flags}")
     print(md)
-    print(write_results("gpu-quick" if args.quick else "gpu", result, md, args.out))
+    name = args.name or ("gpu-quick" if args.quick else "gpu-ablation" if gpu else "gpu-ablation-cpu")
+    print(write_results(name, result, md, args.out))
     return 0
 
 

@@ -117,3 +117,13 @@ def test_the_amp_broken_list_is_still_ultralytics_own() -> None:
 
     source = inspect.getsource(check_amp).lower()
     assert all(name in source for name in AMP_BROKEN_GPUS), "Ultralytics' check_amp list changed: update AMP_BROKEN_GPUS"
+
+
+def test_a_profiles_cuda_workers_apply_on_nvidia_gpus_only() -> None:
+    """The safer rungs keep workers enough to feed an NVIDIA GPU; the CPU and ROCm keep the profile's own."""
+    rx5600 = Device("rocm", "AMD Radeon RX 5600 XT", 12, arch="gfx1010", reported_arch="gfx1030")
+    assert decide(H100, False, 0, batch=64, cuda_workers=AUTO).workers.value == 8
+    assert "cuda_workers" in decide(H100, False, 0, batch=64, cuda_workers=AUTO).workers.reason
+    assert decide(rx5600, False, 0, batch=64, cuda_workers=AUTO).workers.value == 0
+    assert decide(CPU, False, 2, batch=64, cuda_workers=AUTO).workers.value == 2
+    assert decide(H100, False, 2, batch=64).workers.value == 2

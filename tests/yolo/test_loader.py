@@ -99,10 +99,12 @@ def test_fast_keeps_four_persistent_workers(
     assert trainer.args.workers == 4
     loader = trainer.get_dataloader(trainer.data["train"], batch_size=8, rank=-1, mode="train")
     assert loader.num_workers == 4 and loader.persistent_workers is True
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
     try:
         assert len(list(loader)) == len(loader)
         first = {p.pid for p in _workers(loader)}
         assert len(first) == 4 and all(psutil.pid_exists(pid) for pid in first)
+        assert psutil.Process().pid not in {p.ppid() for p in _workers(loader)}, "forked from the training process"
         assert len(list(loader)) == len(loader)
         assert {p.pid for p in _workers(loader)} == first
     finally:

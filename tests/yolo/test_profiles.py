@@ -22,10 +22,11 @@ def test_shipped_profiles_load_and_fall_back_to_safe() -> None:
     assert [p.name for p in chain] == ["fast", "balanced", "safe", "safe-native"]
     assert profiles.load("safe-native").conv_backend == "native"
     safe, balanced, fast = (profiles.load(n) for n in ("safe", "balanced", "fast"))
-    assert (safe.workers, safe.amp, safe.fallback) == (0, False, None)
+    assert (safe.workers, safe.cuda_workers, safe.amp, safe.fallback) == (0, "auto", False, None)
     assert (balanced.workers, balanced.multiprocessing_context, balanced.persistent_workers) == (2, "spawn", False)
+    assert balanced.cuda_workers == "auto" and fast.cuda_workers is None
     assert balanced.prefetch_factor == 2 and balanced.cpu_threads is not None and balanced.amp == "auto"
-    assert (fast.workers, fast.amp, fast.multiprocessing_context, fast.persistent_workers) == ("auto", "auto", "spawn", True)
+    assert (fast.workers, fast.amp, fast.multiprocessing_context, fast.persistent_workers) == ("auto", "auto", "forkserver", True)
 
 
 def _write(directory: Path, name: str, text: str) -> Path:
@@ -41,7 +42,7 @@ def _write(directory: Path, name: str, text: str) -> Path:
         ("workers: many\n", "workers", "expected a whole number of workers (0 or more) or auto, got 'many'"),
         ("workers: -1\n", "workers", "expected a whole number of workers (0 or more) or auto, got -1"),
         ("amp: fp16\n", "amp", "expected true, false or auto, got 'fp16'"),
-        ("prefetch_factor: 2\n", "(profile)", "prefetch_factor needs workers > 0"),
+        ("cuda_workers: 0\n", "(profile)", "multiprocessing_context needs workers > 0"),  # safe's spawn, for CUDA
         ("multiprocessing_context: thread\n", "multiprocessing_context", "'fork', 'spawn' or 'forkserver'"),
         ("wrokers: 2\n", "wrokers", "Extra inputs are not permitted"),
         ("fallback: nowhere\n", "fallback", "no profile 'nowhere'"),
@@ -134,14 +135,20 @@ DEVICES = [
     Device("rocm", "AMD Radeon RX 5600 XT", 12, arch="gfx1010", reported_arch="gfx1030"),
     Device("rocm", "AMD Radeon RX 6800 XT", 2, arch="gfx1030"),
 ]
+#: How much of the training process a worker starts from: fork copies it, a forkserver's fork copies a clean process
+#: that imported modules only, spawn starts a new program; no workers, nothing.
+START_RISK = {"fork": 3, None: 3, "forkserver": 2, "spawn": 1}
 
 
 def _risk(profile: profiles.Profile, device: Device, batch: object) -> tuple:
     """What can go wrong on a rung, each part larger = riskier, with ``auto`` resolved for ``device``."""
-    chosen = decide(device, profile.amp, profile.workers, batch)
+    chosen = decide(device, profile.amp, profile.workers, batch, profile.cuda_workers)
     amp = chosen.amp.value is not False
     vendor_kernels = profile.conv_backend == "miopen"
-    return (chosen.workers.value, profile.persistent_workers, profile.prefetch_factor or 0, amp, profile.compile, vendor_kernels)
+    workers = chosen.workers.value
+    start = START_RISK[profile.multiprocessing_context] if workers else 0
+    prefetch = profile.prefetch_factor or 0 if workers else 0
+    return (workers, start, profile.persistent_workers, prefetch, amp, profile.compile, vendor_kernels)
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=lambda d: f"{d.kind}-{d.arch or d.capability or ''}-{d.cpu_count}cores")

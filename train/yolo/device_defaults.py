@@ -32,6 +32,11 @@ used, so every rung of a fallback ladder stays strictly safer than ``auto``
 (``balanced`` has 2). On the CPU, 4: what the profiles meant before ``auto``
 (the training process competes with its workers for the same cores).
 
+A profile's ``cuda_workers`` replaces ``workers`` on an NVIDIA GPU (resolved by the same rules): the safer rungs
+keep enough spawn-started workers to feed a fast NVIDIA GPU (with 0 or 2 an H100 trained at a tenth of bare
+Ultralytics' speed, ``bench/results/gpu.md``), while on the CPU and on ROCm, where seed 001's RX 5600 XT (gfx1010)
+lost only 19 % with ``workers=0``, they keep their own ``workers``.
+
 Pinned memory: on for a GPU (page-locked batches let the copy to the device
 run asynchronously, ``non_blocking``, as Ultralytics does whenever it sees a
 GPU), off on the CPU (nothing is copied).
@@ -155,8 +160,12 @@ def _batch_images(batch: Any) -> Optional[int]:
     return batch if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1 else None
 
 
-def decide_workers(device: Device, wanted: Union[int, str], batch: Any) -> Choice:
-    """DataLoader workers for ``device``: ``wanted`` as given unless it is ``auto`` (see the module docstring)."""
+def decide_workers(device: Device, wanted: Union[int, str], batch: Any, cuda_wanted: Optional[Union[int, str]] = None) -> Choice:
+    """DataLoader workers for ``device``: ``wanted`` (on an NVIDIA GPU ``cuda_wanted``, when given) as given unless it
+    is ``auto`` (see the module docstring)."""
+    if device.kind == "cuda" and cuda_wanted is not None:
+        chosen = decide_workers(device, cuda_wanted, batch)
+        return Choice(chosen.value, f"NVIDIA GPU, the profile's cuda_workers: {chosen.reason}")
     if wanted != AUTO:
         return Choice(wanted, f"workers={wanted}, not auto")
     if not device.gpu:
@@ -176,6 +185,10 @@ def decide_pin_memory(device: Device) -> Choice:
     return Choice(False, "CPU: nothing is copied to a device")
 
 
-def decide(device: Device, amp: AmpValue, workers: Union[int, str], batch: Any) -> DeviceDefaults:
-    """Every decision for ``device``, given the profile's (or the override's) ``amp`` and ``workers``."""
-    return DeviceDefaults(device, decide_amp(device, amp), decide_workers(device, workers, batch), decide_pin_memory(device))
+def decide(
+    device: Device, amp: AmpValue, workers: Union[int, str], batch: Any, cuda_workers: Optional[Union[int, str]] = None
+) -> DeviceDefaults:
+    """Every decision for ``device``, given the profile's (or the override's) ``amp`` and ``workers``, and the
+    profile's ``cuda_workers`` (None: ``workers`` on every device)."""
+    chosen = decide_workers(device, workers, batch, cuda_workers)
+    return DeviceDefaults(device, decide_amp(device, amp), chosen, decide_pin_memory(device))

@@ -42,6 +42,9 @@ class Profile(BaseModel):
     workers: Union[int, Literal["auto"]] = Field(
         description="DataLoader worker processes (0 = load in the main process), or auto: decided per device"
     )
+    cuda_workers: Optional[Union[int, Literal["auto"]]] = Field(
+        default=None, description="workers on an NVIDIA GPU, where they differ from workers (None: the same)"
+    )
     multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = Field(
         default=None, description="how workers start; None keeps PyTorch's default (fork on Linux)"
     )
@@ -86,10 +89,10 @@ class Profile(BaseModel):
         description="when there is no fallback left: the profile used after a stall before the first batch",
     )
 
-    @field_validator("workers", mode="before")
+    @field_validator("workers", "cuda_workers", mode="before")
     @classmethod
     def _workers_or_auto(cls, value: Any) -> Any:
-        if value == AUTO or isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if value is None or value == AUTO or isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
         raise ValueError(f"expected a whole number of workers (0 or more) or {AUTO}, got {value!r}")
 
@@ -102,7 +105,7 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _loader_options_need_workers(self) -> Profile:
-        if self.workers == 0:
+        if self.workers == 0 and not self.cuda_workers:
             for field in ("multiprocessing_context", "persistent_workers", "prefetch_factor"):
                 if getattr(self, field):
                     raise ValueError(f"{field} needs workers > 0 (workers is 0)")

@@ -51,6 +51,8 @@ class RunSettings:
     pin_memory: Optional[bool] = None
     #: The profile these settings come from (for the line that says what trained).
     profile: Optional[str] = None
+    #: Workers on an NVIDIA GPU (the profile's; None where ``workers=`` was given or the profile has none).
+    cuda_workers: Union[int, str, None] = None
 
     def publish(self) -> None:
         """Put these settings into this process's environment, for the DDP ranks it starts (:func:`inherited`)."""
@@ -94,6 +96,7 @@ def from_profile(
         midepoch_checkpoint_batches=profile.midepoch_checkpoint_batches,
         network_log=network_log,
         profile=profile.name,
+        cuda_workers=None if "workers" in overrides else profile.cuda_workers,
     )
 
 

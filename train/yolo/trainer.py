@@ -56,7 +56,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 
 from trainbox import faults
 from trainbox.rundir.layout import RunDir
-from trainbox.yolo import checkpoint, device_defaults, device_probe, loader, midepoch, offline
+from trainbox.yolo import checkpoint, device_defaults, device_probe, forkserver, loader, midepoch, offline
 from trainbox.yolo.beats import TrainingBeats
 from trainbox.yolo.settings import RunSettings, for_device, inherited, trained_with
 
@@ -89,8 +89,12 @@ class ProfiledDetectionTrainer(DetectionTrainer):
                 offline.install_network_guard(settings.network_log)
             offline.disable_settings_sync()
         described = device_probe.describe(self.device)
-        self.device_defaults = device_defaults.decide(described, settings.amp, settings.workers, self.args.batch)
+        self.device_defaults = device_defaults.decide(
+            described, settings.amp, settings.workers, self.args.batch, settings.cuda_workers
+        )
         self.settings = settings = for_device(settings, self.device_defaults)
+        if settings.multiprocessing_context == "forkserver" and settings.workers:
+            forkserver.start()  # its imports overlap the model build and the dataset scan
         self.args.workers = settings.workers
         self.args.val = settings.val
         self.args.amp = False if settings.amp is True else settings.amp  # FP16: checked offline in resume_training

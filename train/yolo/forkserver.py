@@ -1,0 +1,44 @@
+"""DataLoader workers that start in a fraction of a second from a clean process: a preloaded forkserver.
+
+Spawn-started workers are safe (nothing of the training process's threads, locks or GPU runtime is copied into
+them), but each one imports torch and Ultralytics again before it can unpickle the dataset, and PyTorch starts them
+one after another: the parent writes each worker's pickled dataset into a pipe that holds 64 KiB, so it waits for
+that worker's imports before it starts the next (pytorch #131931). That is 1 to 3 s a worker, 8 workers 10 to 25 s
+before the first batch, and the same again for validation's workers.
+
+The ``forkserver`` start method keeps what makes spawn safe: the server is a new program (fork and exec from the
+training process), and every worker is forked from that server, never from the training process. The server
+imports the modules a worker needs (:data:`PRELOAD`) once, so a worker is a fork of a process that has them
+already and starts in tens of milliseconds.
+
+:func:`start` is called by the trainer as soon as it knows the profile's start method, before the model is built and
+the dataset scanned, so the server's imports run while the training process does the rest of its setup. The
+server imports modules only: torch initialises CUDA or HIP at the first device call, never at import, so no GPU
+runtime runs in it. It inherits the environment of that moment, in which Ultralytics has set
+``OMP_NUM_THREADS=1`` (at its import, when unset): numpy's BLAS then starts no thread pool in the server, and
+the server forks from a single thread. A module that fails to import there is skipped by Python's forkserver; the
+worker then imports it itself, as a spawn-started one would.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from multiprocessing import forkserver
+from typing import Sequence
+
+#: What a training or validation worker unpickles and runs: torch, Ultralytics' datasets and augmentations,
+#: trainbox's loader pieces (worker init, per-sample seeds, heartbeats for the stack-dump handler).
+PRELOAD = (
+    "torch",
+    "ultralytics.data.dataset",
+    "ultralytics.data.augment",
+    "trainbox.yolo.loader",
+    "trainbox.yolo.position",
+)
+
+
+def start(preload: Sequence[str] = PRELOAD) -> None:
+    """Start this process's forkserver (once; later calls do nothing) with ``preload`` imported in it."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))
+    forkserver.ensure_running()
