@@ -4,8 +4,9 @@
     python bench/gpu.py --device cpu --train 400 --val 16 --imgsz 64 --batch 8 --epochs 2 --rounds 1  # the CPU's
     python bench/gpu.py --device cpu --quick [--out DIR]     # what CI runs: tiny data, every variant once
 
-Variants, round by round on one generated dataset (``trainbox.yolo.demo_data``, written in parallel shards), each
-round starting with bare, so that every variant has a bare run of its own call and round to compare with:
+Variants, round by round on one generated dataset (``trainbox.yolo.demo_data``, written in parallel shards), with a bare run
+first and again before every ``--bare-every`` (4) others, so that each variant is compared with a bare run of the
+same call taken minutes before it:
 
 * ``bare``: ``YOLO("yolov8n.yaml").train(...)`` in a plain process with Ultralytics' defaults (``workers=8``,
   ``amp=True``), offline as trainbox trains (``common.BARE``). Its AMP check tries to download ``yolo26n.pt``; the
@@ -31,7 +32,7 @@ the rest of the epoch boundary) in seconds. Also GPU utilisation in those steady
 second), peak memory (GPU: ``nvidia-smi``; CPU: the run's process tree), the supervisor's own CPU time as a share of
 the run's wall time, and the old figures: seconds per epoch from ``results.csv`` (after the first epoch, validation
 and saves included) and ``speed``, bare's seconds per epoch over the variant's. ``steady_ratio`` is the variant's
-steady images per second over bare's in the same round: 1.0 is as fast as bare. Goals: ``fast`` at 0.98 or more,
+steady images per second over that of the bare run before it: 1.0 is as fast as bare. Goals: ``fast`` at 0.98 or more,
 a fixed cost per epoch within 1 s of bare's and a first batch within 5 s of bare's (3 s on the CPU). ``--time-limit``
 stops starting runs past that many seconds and writes what finished. Results: ``bench/results/NAME.json`` and
 ``NAME.md``, NAME from ``--name`` (default ``gpu-ablation``, on the CPU ``gpu-ablation-cpu``, ``gpu-quick`` with
@@ -337,33 +338,37 @@ def _share(gain: float, gap: float) -> str:
 
 
 def _ablation_rows(table: Dict[str, Any]) -> List[str]:
-    """Each ablation variant's gain over fast, as a share of fast's gap to bare (steady speed; first batch)."""
+    """Each ablation variant's gain over fast, as a share of fast's gap to bare (steady speed, first batch, fixed
+    cost), every figure taken against the bare run before it."""
     fast = table.get("fast", {})
     if "steady_ratio" not in fast or not any(v in table for v in ABLATION):
         return []
-    speed_gap = 1.0 - fast["steady_ratio"]["median"]
-    first_gap = fast["first_batch_s"]["median"] - table["bare"]["first_batch_s"]["median"]
-    fixed_gap = fast.get("fixed_total", {}).get("median", 0.0) - table["bare"].get("fixed_total", {}).get("median", 0.0)
+    gaps = {
+        "steady_ratio": 1.0 - fast["steady_ratio"]["median"],
+        "first_batch_over_bare_s": fast["first_batch_over_bare_s"]["median"],
+        "fixed_over_bare_s": fast.get("fixed_over_bare_s", {}).get("median", 0.0),
+    }
     lines = [
         f"Ablation: `fast` with one difference switched back to bare's. Gaps of `fast` to bare: steady speed "
-        f"{speed_gap:+.3f} (1 - its ratio), first batch {first_gap:+.1f} s, fixed cost {fixed_gap:+.2f} s per epoch. "
-        "A share is the variant's gain over `fast` as a part of that gap (negative: switching it back cost).",
+        f"{gaps['steady_ratio']:+.3f} (1 - its ratio), first batch {gaps['first_batch_over_bare_s']:+.1f} s, fixed "
+        f"cost {gaps['fixed_over_bare_s']:+.2f} s per epoch. A share is the variant's gain over `fast` as a part of that "
+        "gap (negative: switching it back cost; over 100 %: it did better than bare).",
         "",
-        "| switched back | steady vs bare | share of the speed gap | first batch s | share of the first-batch gap | "
-        "fixed s/epoch | share of the fixed-cost gap |",
+        "| switched back | steady vs bare | share of the speed gap | first batch over bare s | share of the "
+        "first-batch gap | fixed cost over bare s/epoch | share of the fixed-cost gap |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in (v for v in ABLATION if v in table and "steady_ratio" in table[v]):
         row = table[name]
-        ratio, first = row["steady_ratio"]["median"], row["first_batch_s"]["median"]
-        fixed = row.get("fixed_total", {}).get("median")
-        fixed_share = (
-            _share(fast["fixed_total"]["median"] - fixed, fixed_gap) if fixed is not None and "fixed_total" in fast else "—"
-        )
+        shares = []
+        for key, sign in (("steady_ratio", 1.0), ("first_batch_over_bare_s", -1.0), ("fixed_over_bare_s", -1.0)):
+            if key in row and key in fast:
+                shares.append(_share(sign * (row[key]["median"] - fast[key]["median"]), gaps[key]))
+            else:
+                shares.append("—")
         lines.append(
-            f"| {name.split('/', 1)[1]} | {span(row['steady_ratio'], digits=3)} | "
-            f"{_share(ratio - fast['steady_ratio']['median'], speed_gap)} | {span(row['first_batch_s'], digits=1)} | "
-            f"{_share(fast['first_batch_s']['median'] - first, first_gap)} | {_cell(row, 'fixed_total')} | {fixed_share} |"
+            f"| {name.split('/', 1)[1]} | {span(row['steady_ratio'], digits=3)} | {shares[0]} | "
+            f"{_cell(row, 'first_batch_over_bare_s', digits=1)} | {shares[1]} | {_cell(row, 'fixed_over_bare_s')} | {shares[2]} |"
         )
     return lines
 
@@ -377,7 +382,8 @@ def markdown(result: Dict[str, Any], command: str) -> str:
         f"# {device.get('description', 'device')}: trainbox against bare Ultralytics, split into its parts",
         "",
         f"yolov8n, {setup['train']} train / {setup['val']} val images at {setup['imgsz']} px, batch {setup['batch']}, "
-        f"{setup['epochs']} epochs, {setup['rounds']} interleaved round(s), each starting with bare; torch "
+        f"{setup['epochs']} epochs, {setup['rounds']} interleaved round(s), a bare run before every "
+        f"{setup.get('bare_every') or 'round'} others; torch "
         f"{result['versions']['torch']}, Ultralytics {result['versions']['ultralytics']}. Load average (1 min) "
         f"during the runs: {span(result['load'], digits=1)}. Each figure is the median [min–max] over the rounds.",
         "",
@@ -418,27 +424,41 @@ def _flatten(figures: Dict[str, Any]) -> Dict[str, Any]:
     return flat
 
 
+def order(chosen: List[str], bare_every: int) -> List[str]:
+    """One round's runs: bare first, and again before every ``bare_every`` other variants (0: once)."""
+    others = [variant for variant in chosen if variant != "bare"]
+    step = bare_every or len(others) or 1
+    runs: List[str] = []
+    for start in range(0, max(len(others), 1), step):
+        runs += ["bare", *others[start : start + step]]
+    return runs
+
+
 def rounds(
     args: argparse.Namespace, chosen: List[str], gpu: Optional[str], directory: Path, data: Path
 ) -> Dict[str, Dict[str, List[Any]]]:
-    """Every chosen variant once per round, bare first; stops starting runs past ``--time-limit``."""
+    """Every chosen variant once per round, each after a bare run of its own (``--bare-every``), compared with the
+    latest bare run; stops starting runs past ``--time-limit``."""
     train_args = [f"data={data}", f"epochs={args.epochs}", f"imgsz={args.imgsz}", f"batch={args.batch}",
                   f"device={args.device}", "plots=False"]  # fmt: skip
     rows: Dict[str, Dict[str, List[Any]]] = {v: {} for v in chosen}
     begun = time.monotonic()
     for round_ in range(args.rounds):
         bare: Dict[str, Any] = {}
-        for variant in chosen:
+        for number, variant in enumerate(order(chosen, args.bare_every)):
             if args.time_limit and time.monotonic() - begun > args.time_limit:
                 print(f"--time-limit {args.time_limit:.0f} s reached: {variant} of round {round_ + 1} not run", flush=True)
                 return rows
             compile_off = variant in COMPILED and args.quick and gpu is None
-            slug = variant.replace("/", "-")
-            figures = _flatten(run_variant(variant, directory / f"{slug}-{round_}", train_args, gpu, args.timeout, compile_off))
-            bare = bare or figures
+            slug = f"{variant.replace('/', '-')}-{round_}-{number}"
+            figures = _flatten(run_variant(variant, directory / slug, train_args, gpu, args.timeout, compile_off))
+            bare = figures if variant == "bare" else bare
             figures["speed"] = bare["epoch_s"] / figures["epoch_s"]
             if "imgs_per_s" in figures and "imgs_per_s" in bare:
                 figures["steady_ratio"] = figures["imgs_per_s"] / bare["imgs_per_s"]
+            figures["first_batch_over_bare_s"] = figures["first_batch_s"] - bare["first_batch_s"]
+            if "fixed_total" in figures and "fixed_total" in bare:
+                figures["fixed_over_bare_s"] = figures["fixed_total"] - bare["fixed_total"]
             figures["load"] = os.getloadavg()[0]
             for key, value in figures.items():
                 rows[variant].setdefault(key, []).append(value)
@@ -479,6 +499,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default=None, help="the results' file name (default: see the module docstring)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
     parser.add_argument("--time-limit", type=float, default=0, help="start no run past this many seconds (0: none)")
+    parser.add_argument("--bare-every", type=int, default=4, help="a bare run before every N other variants (0: once a round)")
     parser.add_argument("--variants", default=",".join(ALL), help="comma-separated; bare always runs, first in each round")
     return parser
 
@@ -502,7 +523,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = rounds(args, chosen, gpu, Path(tmp), data)
     variants = _summaries(rows)
     loads += [value for column in rows.values() for value in column.get("load", [])]
-    setup = {key: getattr(args, key) for key in ("train", "val", "imgsz", "batch", "epochs", "rounds", "device")}
+    setup = {key: getattr(args, key) for key in ("train", "val", "imgsz", "batch", "epochs", "rounds", "device", "bare_every")}
     result = {"setup": setup, "versions": _versions(), "memory": "GPU" if gpu else "host RSS", "variants": variants,
               "load": summary(loads)}  # fmt: skip
     subset = "" if len(chosen) == len(ALL) else f" --variants {','.join(chosen)}"

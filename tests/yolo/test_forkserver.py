@@ -61,7 +61,7 @@ def test_forkserver_workers_load_what_spawned_ones_and_the_training_process_load
     runs = {name: _epochs(_rebuilt(demo_data, workers, context)) for name, workers, context in
             (("forkserver", 2, "forkserver"), ("spawn", 2, "spawn"), ("in process", 0, None))}  # fmt: skip
     reference = runs.pop("in process")
-    assert first[0] == reference[0][0]
+    assert first["im_file"] == reference[0][0]
     for name, batches in runs.items():
         assert [files for files, _ in batches] == [files for files, _ in reference], name
         assert all(torch.equal(mine, theirs) for (_, mine), (_, theirs) in zip(batches, reference)), name

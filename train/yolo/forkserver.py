@@ -11,18 +11,20 @@ training process), and every worker is forked from that server, never from the t
 imports the modules a worker needs (:data:`PRELOAD`) once, so a worker is a fork of a process that has them
 already and starts in tens of milliseconds.
 
-:func:`start` is called by the trainer as soon as it knows the profile's start method, before the model is built and
-the dataset scanned, so the server's imports run while the training process does the rest of its setup. The
-server imports modules only: torch initialises CUDA or HIP at the first device call, never at import, so no GPU
-runtime runs in it. It inherits the environment of that moment, in which Ultralytics has set
-``OMP_NUM_THREADS=1`` (at its import, when unset): numpy's BLAS then starts no thread pool in the server, and
-the server forks from a single thread. A module that fails to import there is skipped by Python's forkserver; the
-worker then imports it itself, as a spawn-started one would.
+:func:`start` is called by the runner as soon as the profile is known, before this process imports Ultralytics,
+so the server's imports run alongside the training process's own and the rest of its set-up (the trainer calls it
+again, for a DDP rank that Ultralytics started; a second call does nothing). The server imports modules only:
+torch initialises CUDA or HIP at the first device call, never at import, so no GPU runtime runs in it. It sets
+``OMP_NUM_THREADS=1`` where it is unset, as Ultralytics' import does a moment later anyway
+(``ultralytics/__init__.py``), before the server starts: numpy's BLAS then starts no thread pool in the server,
+and the server forks from a single thread. A module that fails to import there is skipped by Python's forkserver;
+the worker then imports it itself, as a spawn-started one would.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from multiprocessing import forkserver
 from typing import Sequence
 
@@ -39,6 +41,8 @@ PRELOAD = (
 
 def start(preload: Sequence[str] = PRELOAD) -> None:
     """Start this process's forkserver (once; later calls do nothing) with ``preload`` imported in it."""
+    if not os.environ.get("OMP_NUM_THREADS"):
+        os.environ["OMP_NUM_THREADS"] = "1"  # Ultralytics' own default, set at its import
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(preload))
     forkserver.ensure_running()

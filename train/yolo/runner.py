@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from trainbox import errors, heartbeat
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
-from trainbox.yolo import checkpoint, offline, profiles
+from trainbox.yolo import checkpoint, forkserver, offline, profiles
 from trainbox.yolo.args import PROFILE_KEYS, validate_overrides
 from trainbox.yolo.settings import from_profile
 
@@ -67,6 +67,8 @@ def run_attempt(profile: profiles.Profile, overrides: Dict[str, Any], run_dir: P
     network_log = run.network_log
     offline.install_network_guard(network_log)
     offline.prepare_environment(run.ultralytics)
+    if profile.multiprocessing_context == "forkserver" and (overrides.get("workers", profile.workers) or profile.cuda_workers):
+        forkserver.start()  # its imports run while this process imports Ultralytics and builds the model
 
     from ultralytics import YOLO
 

@@ -94,7 +94,7 @@ class ProfiledDetectionTrainer(DetectionTrainer):
         )
         self.settings = settings = for_device(settings, self.device_defaults)
         if settings.multiprocessing_context == "forkserver" and settings.workers:
-            forkserver.start()  # its imports overlap the model build and the dataset scan
+            forkserver.start()  # started by the runner already, except in a DDP rank
         self.args.workers = settings.workers
         self.args.val = settings.val
         self.args.amp = False if settings.amp is True else settings.amp  # FP16: checked offline in resume_training
