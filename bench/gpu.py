@@ -307,8 +307,12 @@ def _main_rows(result: Dict[str, Any]) -> List[str]:
     for name in (v for v in ALL if v in table):
         row = table[name]
         decided = row.get("device") or {}
-        amp = decided.get("amp", "True (its check skipped offline)" if on_gpu else "False (CPU)")
-        workers = decided.get("workers", "8" if on_gpu else "0 (Ultralytics' choice on the CPU)")
+        bare_amp, bare_workers = (
+            ("True (its check skipped offline)", "8") if on_gpu else ("False (CPU)", "0 (Ultralytics' on the CPU)")
+        )
+        own = name.startswith("bare")
+        amp = decided.get("amp", bare_amp if own else "not recorded")  # no device event without heartbeats or supervisor
+        workers = decided.get("workers", bare_workers if own else "not recorded")
         fixed = " / ".join(_cell(row, f"fixed_{key}", digits=2) for key in FIXED)
         shown = f"{name} (compile off: --quick on the CPU)" if row["compile_off"] else name
         lines.append(
