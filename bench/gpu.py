@@ -59,7 +59,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import phases
 import psutil
 import yaml
-from common import REPO, RESULTS, RunDir, bare_command, cli_env, epoch_seconds, events, span, summary, write_results
+from common import REPO, RESULTS, RunDir, bare_command, cli_env, epoch_seconds, events, machine, span, summary, write_results
 
 from trainbox.yolo.demo_data import write_demo_dataset
 
@@ -381,7 +381,7 @@ def markdown(result: Dict[str, Any], command: str) -> str:
     table = result["variants"]
     decided_by = next((v for v in ALL if v in table and table[v].get("device")), "fast")
     device = table.get(decided_by, {}).get("device") or {}
-    setup = result["setup"]
+    setup, taken = result["setup"], machine()
     lines = [
         f"# {device.get('description', 'device')}: trainbox against bare Ultralytics, split into its parts",
         "",
@@ -390,6 +390,8 @@ def markdown(result: Dict[str, Any], command: str) -> str:
         f"{setup.get('bare_every') or 'round'} others; torch "
         f"{result['versions']['torch']}, Ultralytics {result['versions']['ultralytics']}. Load average (1 min) "
         f"during the runs: {span(result['load'], digits=1)}. Each figure is the median [min–max] over the rounds.",
+        "",
+        f"Taken {taken['date']} on {taken['host']} ({taken['cpu']}, {taken['cores']} cores), Python {taken['python']}.",
         "",
         f"Command: `{command}`",
         "",

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import psutil
-from common import RESULTS, span, summary, write_results
+from common import RESULTS, machine, span, summary, write_results
 
 #: The loader-level variants, in the order they are reported.
 VARIANTS = ("bare", "trainbox", "trainbox+fork", "trainbox+prefetch4", "trainbox-resume")
@@ -172,12 +172,15 @@ def run(setup: Setup, chosen: List[str], rounds: int) -> Dict[str, Dict[str, Lis
 
 def markdown(result: Dict[str, Any], command: str) -> str:
     setup, table = result["setup"], result["variants"]
+    taken = machine()
     lines = [
         "# The training DataLoader alone: trainbox against bare Ultralytics (no model)",
         "",
         f"{setup['train']} generated images at {setup['imgsz']} px, batch {setup['batch']}, {setup['workers']} workers, "
         f"{setup['epochs']} epochs per run (steady: every epoch after the first), {setup['rounds']} interleaved rounds; "
         f"profile `{setup['profile']}`. Load average (1 min) during the runs: {span(result['load'], digits=1)}.",
+        "",
+        f"Taken {taken['date']} on {taken['host']} ({taken['cpu']}, {taken['cores']} cores), Python {taken['python']}.",
         "",
         f"Command: `{command}`",
         "",
