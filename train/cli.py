@@ -24,6 +24,7 @@ from trainbox.errors import UserError
 from trainbox.rundir import exit_record, layout, owner
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise.planner import Launch, Planner
+from trainbox.supervise.resume.resumer import Resumer
 from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, SupervisorSettings
 from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
@@ -211,13 +212,26 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
     settings = _settings(args)
     _place(args, layout.command_name(command))
-    if args.ladder:
-        from trainbox.supervise.ladder import command as command_ladder  # pydantic: imported only where used (module doc)
-
-        planner: Planner = command_ladder.CommandLadder(launch, command_ladder.load(args.ladder), settings)
-    else:
-        planner = Planner(launch)
+    planner = _command_planner(args, launch, settings)
+    resumer = Resumer(settings, args.run_dir, 0.0)
+    for problem in filter(None, map(resumer.problem, planner.launches())):
+        raise UserError(problem)
     return Supervisor(_spec(args, planner, settings)).run()
+
+
+def _command_planner(args: argparse.Namespace, launch: Launch, settings: SupervisorSettings) -> Planner:
+    """``--ladder FILE``'s rungs, else the built-in rungs of a program trainbox knows, else the same command."""
+    from trainbox.supervise.ladder import defaults
+
+    rungs = [] if args.ladder else defaults.rungs_for(launch.argv)
+    if not args.ladder and not rungs:
+        return Planner(launch)
+    from trainbox.supervise.ladder import command as command_ladder  # pydantic: imported only where used (module doc)
+
+    if args.ladder:
+        return command_ladder.CommandLadder(launch, command_ladder.load(args.ladder), settings)
+    errors.say(f"built-in rungs for {Path(launch.argv[0]).name}: {', '.join(r.name for r in rungs)} ({defaults.WHEN})")
+    return command_ladder.CommandLadder(launch, rungs, settings, causes=defaults.CAUSES)
 
 
 def _run(args: argparse.Namespace) -> int:

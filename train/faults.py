@@ -492,7 +492,8 @@ class StepWork:
             return
         if (every > 0 and (step + 1) % every == 0) or heartbeat.checkpoint_requested():
             write_text_atomic(path, str(step + 1), fsync=False)  # not the run directory: the child's --checkpoint
-            heartbeat.checkpointed()
+            if not self.args.untold:
+                heartbeat.checkpointed()
 
     def pause(self) -> float:
         """The sleep after a step: ``--interval``, spread over +-``--jitter`` of it."""
@@ -557,6 +558,8 @@ def _arguments(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--item-s", type=float, default=0.01, help="seconds the DataLoader's __getitem__ takes")
     parser.add_argument("--checkpoint", type=Path, default=None, help="resume from and save to this file")
     parser.add_argument("--save-every", type=int, default=0, help="steps between two checkpoints (0: only when asked)")
+    parser.add_argument("--epoch-steps", type=int, default=0, help="steps per epoch: beats carry the epoch (0: none)")
+    parser.add_argument("--untold", action="store_true", help="beats carry neither total_steps nor checkpoint_ts")
     return parser.parse_args(argv)
 
 
@@ -578,7 +581,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ``__getitem__`` takes ``--item-s`` seconds (fault site ``getitem``, context ``index`` and ``took``).
     ``--checkpoint FILE`` makes it resumable: it starts from the step saved there, and saves (then beats
     ``checkpoint_ts``) every ``--save-every`` steps and whenever the supervisor asks for a checkpoint
-    (:func:`trainbox.heartbeat.checkpoint_requested`).
+    (:func:`trainbox.heartbeat.checkpoint_requested`). ``--epoch-steps N`` puts ``epoch`` (step // N) in the beats;
+    ``--untold`` leaves ``total_steps`` and ``checkpoint_ts`` out of them (a child that does not say how long its
+    run is or when it saved, as most do not).
     """
     from trainbox import heartbeat
 
@@ -594,7 +599,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             point("slow", step=step)
             time.sleep(args.slow_seconds)
         work.run()
-        heartbeat.beat("train", step=step, timeout=None, force=True, total_steps=args.steps)
+        told = {} if args.untold else {"total_steps": args.steps}
+        epoch = {"epoch": step // args.epoch_steps} if args.epoch_steps > 0 else {}
+        heartbeat.beat("train", step=step, timeout=None, force=True, **told, **epoch)
         print(f"step {step}", flush=True)
         if args.chatter:
             print("." * args.chatter, flush=True)

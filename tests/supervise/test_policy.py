@@ -82,7 +82,7 @@ def test_a_run_that_completes_or_is_stopped_ends_there() -> None:
 def test_crashes_and_stalls_restart_and_are_counted() -> None:
     decisions = script([crash(5), stall(7), completed()])
     assert verdicts(decisions) == [Verdict.RESTART, Verdict.RESTART, Verdict.SUCCEEDED]
-    assert decisions[-1].counters.published() == {"restarts": 2, "stalls": 1, "crashes": 1}
+    assert decisions[-1].counters.published() == {"restarts": 2, "stalls": 1, "crashes": 1, "redone_steps": 0}
 
 
 def test_no_beat_rule_two_attempts_in_a_row_without_a_beat_is_misconfigured() -> None:

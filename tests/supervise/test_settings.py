@@ -17,6 +17,7 @@ from tests.supervised import REPO, cli_env
 from trainbox.cli import build_parser
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.settings import (
+    CHECKPOINT,
     COMPILE_CAP,
     DEADLINE,
     IDLE_TIMEOUT,
@@ -28,6 +29,7 @@ from trainbox.supervise.settings import (
     ON_SLOW,
     ON_STALL,
     PROGRESS_PATTERN,
+    RESUME_ARGS,
     SETTINGS,
     SLOW_RATIO,
     STARTUP_TIMEOUT,
@@ -97,9 +99,9 @@ def test_a_choice_takes_its_words_and_nothing_else() -> None:
 
 
 NUMBERS = [s for s in supervisor_settings() if not s.choices and s.parse is None]
-TEXTS = (NOTIFY, NOTIFY_ON, METRICS_TEXTFILE, PROGRESS_PATTERN, DEADLINE)
+TEXTS = (NOTIFY, NOTIFY_ON, METRICS_TEXTFILE, PROGRESS_PATTERN, DEADLINE, RESUME_ARGS, CHECKPOINT)
 #: Texts about this run, not the machine it runs on: given on the command line only.
-RUN_TEXTS = (PROGRESS_PATTERN, DEADLINE)
+RUN_TEXTS = (PROGRESS_PATTERN, DEADLINE, RESUME_ARGS, CHECKPOINT)
 
 
 def test_every_setting_is_a_number_a_choice_or_text() -> None:

@@ -6,9 +6,13 @@ import datetime
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.rundir import hostile
 from trainbox.container import dotenv
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
@@ -59,7 +63,7 @@ def test_render_with_deadline(tmp_path: Path) -> None:
     assert "epoch 3/10, batch 5/10" in text and "32.0 img/s" in text
     assert "restarts  1, stalls 1, crashes 0" in text
     assert "stall     attempt 0: loader_deadlock (main thread in _try_get_data)" in lines, "the cause and first evidence line"
-    assert "last.pt 1m30s old" in text and "health    healthy" in text
+    assert "checkpoint last.pt, 1m30s old" in text and "health    healthy" in text
     assert "makes it with" in text
     late = status.render(run, status.read(run), None, now + datetime.timedelta(seconds=10), now=NOW)
     assert "late by" in late[-1]
@@ -178,3 +182,31 @@ def test_the_ladder_line_is_the_policys_last_word_and_survives_garbage() -> None
     assert status.ladder_line([{"event": "restart"}]) is None
     odd = status.ladder_line([{"event": "restart", "ladder": {"lost_to_stalls_s": "x", "safety_would_cost_s": [1]}}])
     assert odd is not None and odd.startswith("? (?, --ladder-policy ?): stalls cost")
+
+
+def test_the_newest_checkpoint_a_command_wrote_and_what_a_restart_redid_are_shown(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    (run / "train" / "weights" / "last.pt").unlink()  # a command of the user's: its checkpoints are its own
+    state = json.loads((run / "state.json").read_text())
+    state["checkpoint"] = {"path": "/w/out/checkpoint-50", "mtime": NOW - 65, "step": 50}
+    state["resumed"] = {"attempt": 1, "from": "/w/out/checkpoint-50", "step": 50, "redone_steps": 7}
+    (run / "state.json").write_text(json.dumps(dict(state, redone_steps=7)))
+    lines = status.render(run, status.read(run), now=NOW)
+    assert "checkpoint /w/out/checkpoint-50, 1m05s old, step 50" in lines
+    assert "resumed   attempt 1 from /w/out/checkpoint-50 (step 50): 7 step(s) done again, 7 in the run" in lines
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    checkpoint=st.one_of(hostile.json_values(), hostile.json_objects(("path", "mtime", "step"))),
+    resumed=st.one_of(hostile.json_values(), hostile.json_objects(("attempt", "from", "step", "redone_steps"))),
+    total=hostile.json_values(),
+)
+def test_any_checkpoint_or_resume_record_in_state_json_renders(tmp_path: Path, checkpoint: Any, resumed: Any, total: Any) -> None:
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    record = {"state": "running", "checkpoint": checkpoint, "resumed": resumed, "redone_steps": total}
+    (run / "state.json").write_bytes(hostile.dumps(record))
+    lines = status.render(run, status.read(run), now=NOW)
+    shown = [line for line in lines if line.startswith(("checkpoint", "resumed"))]
+    assert shown and all("\n" not in line for line in shown)

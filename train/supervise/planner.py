@@ -15,7 +15,7 @@ cures, a leak or a loader gone wrong, the restart itself cures.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox.rundir.events import Retry
 from trainbox.supervise.policy import CauseStreak, Outcome, OutcomeKind, hint, retry_for
@@ -34,6 +34,11 @@ class Launch:
     idle_timeout: float = IDLE_TIMEOUT.number
     compile_cap: float = COMPILE_CAP.number
     slow_ratio: float = SLOW_RATIO.number
+    #: What a restart adds so that it resumes (a ladder rung's ``resume``, with ``{checkpoint}``); None: the run's
+    #: ``--resume-args``, else the built-in way for a program trainbox knows (:mod:`trainbox.supervise.resume`).
+    resume: Optional[Tuple[str, ...]] = None
+    #: What this launch resumes from, as the ``start`` and ``restart`` events say it (set once it is chosen).
+    resumed: Optional[Mapping[str, Any]] = None
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -66,6 +71,10 @@ class Planner:
     def current(self) -> Launch:
         """The launch the planner stands on now (after a crash, the next attempt runs it again)."""
         return self.launch
+
+    def launches(self) -> List[Launch]:
+        """Every launch this planner may start with or move to, as far as it knows before the start (for checks)."""
+        return [self.launch]
 
     def retry_overrides(self) -> Optional[Mapping[str, Sequence[Retry]]]:
         """The current rung's own cause -> retry rows (a profile's ``stall_retry``); None: the table's."""

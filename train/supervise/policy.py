@@ -90,6 +90,8 @@ class Outcome:
     checkpoint_ts: Optional[float] = None
     #: Stalled without any progress, but its output was still coming (:func:`trainbox.supervise.output.source.output_works`).
     output_works: bool = False
+    #: The whole ``epoch`` of the last beat that carried one (an epoch that moves on stands for a checkpoint, below).
+    last_epoch: Optional[int] = None
     detail: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -102,7 +104,17 @@ class Outcome:
 
     def saw(self, beat: Optional[Dict[str, Any]], wall: float) -> bool:
         """Count one beat that made progress, seen at unix time ``wall``; whether it tells of a new checkpoint
-        (its ``checkpoint_ts`` differs from the one before: the child saved one since the last look)."""
+        (its ``checkpoint_ts`` differs from the one before: the child saved one since the last look), or, while no beat
+        of this attempt has carried a ``checkpoint_ts``, of a new epoch (most programs save at each epoch's end)."""
+        epoch = (beat or {}).get("epoch")
+        whole_epoch = (
+            int(epoch) if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch) else None
+        )
+        new_epoch = whole_epoch is not None and self.last_epoch is not None and whole_epoch > self.last_epoch
+        self.last_epoch = whole_epoch if whole_epoch is not None else self.last_epoch
+        return self._saw(beat, wall) or (new_epoch and self.checkpoint_ts is None)
+
+    def _saw(self, beat: Optional[Dict[str, Any]], wall: float) -> bool:
         self.beats += 1
         self.last_beat = beat
         self.last_beat_ts = wall
@@ -129,7 +141,7 @@ class Outcome:
 class Counters:
     """What the run has been through so far.
 
-    ``restarts``, ``stalls`` and ``crashes`` are published (state.json, the
+    ``restarts``, ``stalls``, ``crashes`` and ``redone_steps`` are published (state.json, the
     ``exit`` and ``give_up`` events); ``no_beat_streak`` and ``failures`` only
     drive the rules.
     """
@@ -145,9 +157,11 @@ class Counters:
     stalled_at: Optional[str] = None
     #: The last attempt's crash, (exception line, place), None when it did not crash with one (the crash repeat rule).
     crashed: Optional[Tuple[str, str]] = None
+    #: Steps done again after restarts: from where each resumed attempt began up to where the one before it got.
+    redone_steps: int = 0
 
     def published(self) -> Dict[str, int]:
-        return {"restarts": self.restarts, "stalls": self.stalls, "crashes": self.crashes}
+        return {"restarts": self.restarts, "stalls": self.stalls, "crashes": self.crashes, "redone_steps": self.redone_steps}
 
     def counted(self, outcome: Outcome) -> Counters:
         """With ``outcome`` counted as a stall or a crash (the supervisor calls this as it reports one)."""

@@ -22,6 +22,7 @@ import argparse
 import datetime
 import math
 import os
+import shlex
 from dataclasses import dataclass
 from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
@@ -359,6 +360,41 @@ DEADLINE = Setting(
     metavar="WHEN",
 )
 
+#: ``--resume-args none``: a restart adds nothing, even for a program trainbox knows.
+NO_RESUME = "none"
+#: What ``--resume-args`` puts in place of this in each word: the path of the checkpoint resumed from.
+CHECKPOINT_FIELD = "{checkpoint}"
+
+
+def resume_words(text: str) -> Tuple[str, ...]:
+    """``--resume-args``' words (shell quoting), ValueError (one phrase) for text that cannot be split."""
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc} (quote it as a shell would)") from None
+    return words
+
+
+RESUME_ARGS = Setting(
+    "resume_args",
+    "--resume-args",
+    "",
+    f"what a restart adds to the command so it resumes, e.g. '--resume {CHECKPOINT_FIELD}' ({CHECKPOINT_FIELD}: the newest "
+    "complete checkpoint of this run, found by --checkpoint); empty: the built-in way for a program trainbox knows "
+    f"(yolo train, a Hugging Face Trainer script, nanoGPT, Lightning), else nothing; '{NO_RESUME}': never add anything",
+    parse=resume_words,
+    metavar="ARGS",
+)
+CHECKPOINT = Setting(
+    "checkpoint",
+    "--checkpoint",
+    "",
+    "where the command writes its checkpoints: a glob (files or folders, ** for any depth), relative to the working "
+    "directory or the run directory; the newest complete one is resumed from, whatever its age",
+    parse=str,
+    metavar="GLOB",
+)
+
 #: Every supervisor setting, in the order ``--help`` lists them.
 SETTINGS = (
     STARTUP_TIMEOUT,
@@ -383,6 +419,8 @@ SETTINGS = (
     PROGRESS_PATTERN,
     LADDER_POLICY,
     DEADLINE,
+    RESUME_ARGS,
+    CHECKPOINT,
 )
 #: The budgets and the slow ratio belong to each attempt's ``Launch`` (a profile may change them); the rest to the
 #: supervisor.
@@ -419,6 +457,8 @@ class SupervisorSettings:
     progress_patterns: Tuple[str, ...] = ()
     ladder_policy: str = str(LADDER_POLICY.default)
     deadline: str = str(DEADLINE.default)
+    resume_args: str = str(RESUME_ARGS.default)
+    checkpoint: str = str(CHECKPOINT.default)
 
     def __post_init__(self) -> None:
         for setting in supervisor_settings():

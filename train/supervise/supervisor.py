@@ -59,9 +59,16 @@ from trainbox.supervise.pace.watch import PaceWatch
 from trainbox.supervise.planner import Launch, Next, Planner
 from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
 from trainbox.supervise.record import Record
+from trainbox.supervise.resume.resumer import Resumer, resumed_words
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.stalls.budgets import BudgetPolicy
 from trainbox.system import proctree
+
+
+def _began(records: List[Dict[str, Any]], now: float) -> float:
+    """When the run began: its first ``start`` event (a run named again goes on), else ``now``."""
+    starts = [r.get("ts") for r in records if r.get("event") == "start" and isinstance(r.get("ts"), (int, float))]
+    return min([now, *starts])
 
 
 class Attempts(Protocol):
@@ -113,6 +120,8 @@ class Supervisor:
         #: The stop has been told (once: as the tree is ended, or as the run ends when no tree was running).
         self._stop_said = False
         self._notifier: Optional[notifier.Notifier] = None
+        #: Tells each attempt's command to resume from the run's newest complete checkpoint (trainbox.supervise.resume).
+        self.resumer = Resumer(self.settings, self.run_dir.root, time.time())
 
     def run(self) -> int:
         """Supervise until success, give-up or a stop signal; return the exit code.
@@ -126,6 +135,7 @@ class Supervisor:
             lock.release()
             raise HistoryRefused.at(self.run_dir.events, past.refused or Refusal.UNREADABLE)
         self.session = self.run_dir.new_session(time.time())
+        self.resumer.since = _began(past.records, self.resumer.since)
         if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
             self._notifier = notifier.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
@@ -181,6 +191,7 @@ class Supervisor:
             self._notifier_groups,
             self.spec.planner.at_checkpoint,
             self._say_stop,
+            self.resumer.newest,
         )
 
     def _say_stop(self, number: int, beat: Optional[Dict[str, Any]], running: bool = True) -> None:
@@ -200,17 +211,19 @@ class Supervisor:
         planner = self.spec.planner
         attempts = (self._attempts or self._monitor)(self.record)
         launch = planner.first()
+        running = self.resumer.launch(launch, restart=False)
         policy = self._policy(launch)
         history: List[str] = []
         while True:
-            outcome = attempts.run(self.attempt, launch, policy)
+            outcome = attempts.run(self.attempt, running, policy)
             if self._stop_signal is not None and not outcome.succeeded:
                 if outcome.kind is OutcomeKind.MOVED:  # it came as a probe ended the tree: stopped, not moved
                     self.record.set_state(State.STOPPING)
                 outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
             if outcome.kind is OutcomeKind.MOVED:  # a probe at a checkpoint: no stall, crash or restart to count
                 following = outcome.detail["next"]
-                if self._probe(self.attempt + 1, launch, following):
+                running = self.resumer.launch(following.launch, restart=True, reached=outcome.last_beat)
+                if self._probe(self.attempt + 1, launch, following, running):
                     return self._stopped(outcome)
                 self.attempt, launch, policy = self.attempt + 1, following.launch, self._policy(following.launch)
                 continue
@@ -232,14 +245,15 @@ class Supervisor:
                 return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
             if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(following.launch)
-            if self._back_off(self.attempt + 1, outcome, launch, following, decision.delay_s):
+            running = self.resumer.launch(following.launch, restart=True, reached=outcome.last_beat)
+            if self._back_off(self.attempt + 1, outcome, launch, following, running, decision.delay_s):
                 return self._stopped(outcome)
             self.attempt += 1
             launch = following.launch
 
-    def _back_off(self, number: int, after: Outcome, previous: Launch, following: Next, delay: float) -> bool:
-        """Announce attempt ``number`` and wait ``delay`` seconds before it; True when a stop signal came meanwhile."""
-        launch = following.launch
+    def _back_off(self, number: int, after: Outcome, previous: Launch, following: Next, launch: Launch, delay: float) -> bool:
+        """Announce attempt ``number`` (``launch``: ``following``'s, as it runs) and wait ``delay`` seconds before it;
+        True when a stop signal came meanwhile."""
         released: Dict[str, Any] = {}
         if following.retry is Retry.GPU_RELEASE:
             released = gpu_release.wait(after.detail.get("pids", []), self._sleep, before_mib=after.detail.get("gpu_before_mib"))
@@ -253,21 +267,23 @@ class Supervisor:
             reason=following.reason,
             retry=following.retry.value if following.retry else None,
             ladder=following.ladder,
+            resumed=launch.resumed,
             **released,
         )
         say(
             f"restarting (attempt {number}, after {after.kind.value}) in {delay:.1f} s"
             + (f" with profile {launch.profile}" if launch.profile else "")
             + (f": {following.reason}" if following.retry else "")
+            + resumed_words(launch.resumed)
         )
         # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
         self.record.set_state(State.BACKOFF, attempt=number, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
         return self._sleep(delay)
 
-    def _probe(self, number: int, previous: Launch, following: Next) -> bool:
-        """Announce attempt ``number``, the ladder's probe from ``previous`` at a checkpoint; True when stopped."""
-        launch = following.launch
-        fields = dict(profile=launch.profile, previous_profile=previous.profile, reason=following.reason)
+    def _probe(self, number: int, previous: Launch, following: Next, launch: Launch) -> bool:
+        """Announce attempt ``number``, the ladder's probe from ``previous`` at a checkpoint (``launch``: as it runs);
+        True when stopped."""
+        fields = dict(profile=launch.profile, previous_profile=previous.profile, reason=following.reason, resumed=launch.resumed)
         self.record.emit("probe", number, **fields, ladder=following.ladder)
         say(f"attempt {number}: probing profile {launch.profile}: {following.reason}")
         self.record.set_state(State.BACKOFF, attempt=number, budget=None, silent_s=None, next_attempt_ts=time.time())

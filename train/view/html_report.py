@@ -49,7 +49,7 @@ from trainbox.rundir.layout import IncidentDir, RunDir
 from trainbox.rundir.progress import STARTUP_PHASE
 from trainbox.view.runview import RunView, Stall
 from trainbox.view.runview import read as read_view
-from trainbox.view.status import duration, ladder_line
+from trainbox.view.status import checkpoint_line, duration, ladder_line, resumed_line
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -388,6 +388,8 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
         ("attempts", str(len(view.attempts))),
         ("restarts, stalls, crashes", ", ".join(str(view.count(k)) for k in ("restart", "stall", "crash"))),
         ("final profile", str(view.final_profile or "—")),
+        ("newest checkpoint", checkpoint_line(view.snapshot, view.now)),
+        ("resumed", resumed_line(view.state) or "no restart resumed from a checkpoint"),
         ("ladder", ladder_line(view.events) or "no decision of the ladder policy"),
         ("epochs in results.csv", f"{len(view.results)}" + (f" of {epochs}" if epochs else "")),
     ]

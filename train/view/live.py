@@ -30,7 +30,7 @@ from trainbox.errors import UserError
 from trainbox.rundir.progress import STARTUP_PHASE
 from trainbox.view import runview
 from trainbox.view.runview import RunView
-from trainbox.view.status import duration
+from trainbox.view.status import checkpoint_line, duration
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -102,8 +102,7 @@ def slow(view: RunView) -> Optional[str]:
 
 
 def checkpoint(view: RunView) -> str:
-    age = view.checkpoint_age_s()
-    return "checkpoint: none yet" if age is None else f"checkpoint: last.pt {duration(age)} old"
+    return f"checkpoint: {checkpoint_line(view.snapshot, view.now)}"
 
 
 def plain_line(view: RunView, deadline: Optional[datetime.datetime]) -> str:

@@ -303,10 +303,6 @@ class RunView:
         grown = max(0.0, self.now - self.state.get("updated_ts", self.now))
         return {"s": silent + grown, "budget": budget.get("name"), "budget_s": budget.get("seconds", 0.0)}
 
-    def checkpoint_age_s(self) -> Optional[float]:
-        mtime = self.snapshot.checkpoint_mtime
-        return None if mtime is None else max(0.0, self.now - mtime)
-
     def eta_s(self) -> Optional[float]:
         return None if self.finished else self.snapshot.eta_s()
 

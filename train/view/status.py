@@ -56,6 +56,9 @@ class Progress:
     checkpoint_mtime: Optional[float]
     #: What could not be used, one line per file (see the module's docstring).
     notes: List[str] = field(default_factory=list)
+    #: The newest checkpoint's path (``last.pt`` for trainbox's own runs) and step, when known.
+    checkpoint_path: Optional[str] = None
+    checkpoint_step: Optional[int] = None
 
     @property
     def batches_per_epoch(self) -> Optional[float]:
@@ -145,6 +148,7 @@ def snapshot(run: RunDir) -> Progress:
     state, why = state_file.read(run.state)
     history = events_file.history(run.events)
     checkpoint = run.files.stat(run.last_checkpoint).value
+    found = _found_checkpoint(state)
     notes = [note for note in [history.note(run.events.name)] if note]
     if state is None and "unreadable" in why:
         notes.append(why)
@@ -156,8 +160,45 @@ def snapshot(run: RunDir) -> Progress:
         events=history.records,
         epochs=args["epochs"],
         batch_size=args["batch"],
-        checkpoint_mtime=checkpoint.st_mtime if checkpoint is not None else None,
+        checkpoint_mtime=checkpoint.st_mtime if checkpoint is not None else found.get("mtime"),
         notes=notes,
+        checkpoint_path=run.last_checkpoint.name if checkpoint is not None else found.get("path"),
+        checkpoint_step=None if checkpoint is not None else found.get("step"),
+    )
+
+
+def _found_checkpoint(state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The newest checkpoint the supervisor found the command wrote (state.json ``checkpoint``), its fields checked."""
+    found = (state or {}).get("checkpoint")
+    found = found if isinstance(found, dict) else {}
+    path, mtime, step = found.get("path"), _number(found.get("mtime"), math.nan), whole(found.get("step"))
+    if not isinstance(path, str) or not math.isfinite(mtime):
+        return {}
+    return {"path": path, "mtime": mtime, "step": step if isinstance(step, int) else None}
+
+
+def checkpoint_line(progress: Progress, now: float) -> str:
+    """``ck/step-40.pt, 3m05s old, step 40`` (``last.pt 1m00s old`` for trainbox's own runs), or ``none yet``."""
+    if progress.checkpoint_mtime is None:
+        return "none yet"
+    step = f", step {progress.checkpoint_step}" if progress.checkpoint_step is not None else ""
+    return f"{progress.checkpoint_path or 'a checkpoint'}, {duration(max(0.0, now - progress.checkpoint_mtime))} old{step}"
+
+
+def resumed_line(state: Dict[str, Any]) -> Optional[str]:
+    """``attempt 1 from ck/step-20.pt (step 20): 6 steps done again, 6 in the run``; None before a restart resumed."""
+    resumed = state.get("resumed")
+    if not isinstance(resumed, dict):
+        return None
+    source, step, again = resumed.get("from"), whole(resumed.get("step")), whole(resumed.get("redone_steps"))
+    where = (
+        f"from {source}" + (f" (step {step})" if isinstance(step, int) else "") if isinstance(source, str) else "from the start"
+    )
+    total = whole(state.get("redone_steps"))
+    said = f": {again} step(s) done again" if isinstance(again, int) else ": work done again unknown"
+    attempt = whole(resumed.get("attempt"))
+    return f"attempt {attempt if isinstance(attempt, int) else '?'} {where}{said}" + (
+        f", {total} in the run" if isinstance(total, int) else ""
     )
 
 
@@ -271,8 +312,10 @@ def render(
     if stall:
         lines.append(f"stall     {stall}")
     lines += _slow_lines(progress, now)
-    checkpoint = progress.checkpoint_mtime
-    lines.append(f"checkpoint {'last.pt ' + duration(now - checkpoint) + ' old' if checkpoint else 'none yet'}")
+    lines.append(f"checkpoint {checkpoint_line(progress, now)}")
+    resumed = resumed_line(progress.state)
+    if resumed:
+        lines.append(f"resumed   {resumed}")
     ladder = ladder_line(progress.events)
     if ladder:
         lines.append(f"ladder    {ladder}")

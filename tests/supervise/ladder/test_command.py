@@ -10,7 +10,7 @@ import pytest
 from tests.supervised import train_cli
 from trainbox import errors
 from trainbox.rundir.events import Retry
-from trainbox.supervise.ladder.command import CommandLadder, LadderError, Rung, load
+from trainbox.supervise.ladder.command import CommandLadder, LadderError, LadderFile, Rung, load
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome, OutcomeKind
 
@@ -66,27 +66,58 @@ def test_numbers_written_without_quotes_are_their_text(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, says",
     [
-        ("rungs:\n  - name: fast\n    arg: [x]\n", "field 'rungs.0.arg': Extra inputs are not permitted"),
-        ("rungs: []\n", "field 'rungs': List should have at least 1 item"),
-        ("rung:\n  - name: a\n", "field 'rungs': Field required"),
-        ("rungs:\n  - args: [x]\n", "field 'rungs.0.name': Field required"),
-        ("rungs:\n  - name: a\n  - name: a\n", "field 'rungs': rung name 'a' is used twice"),
-        ("rungs:\n  - {name: two words}\n", "field 'rungs.0.name': String should match pattern"),
-        ("rungs:\n  - {name: a, env: {X: true}}\n", "field 'rungs.0.env.X': Input should be a valid string"),
-        ("rungs:\n  - {name: a, env: {'A=B': x}}\n", "field 'rungs.0.env': 'A=B' is not an environment variable name"),
-        ("rungs:\n  - {name: a, args: --x}\n", "field 'rungs.0.args': Input should be a valid list"),
-        ("rungs: [a\n", "not valid YAML (line 2)"),
+        ("rungs:\n  - name: fast\n    arg: [x]\n", "line 3: rung 'fast': field 'arg': Extra inputs are not permitted"),
+        ("rungs: []\n", "line 1: field 'rungs': List should have at least 1 item"),
+        ("rung:\n  - name: a\n", "line 1: field 'rungs': Field required"),
+        ("rungs:\n  - args: [x]\n", "line 2: rung 1: field 'name': Field required"),
+        ("rungs:\n  - name: a\n  - name: a\n", "field 'rungs': rung name 'a' is used twice (rungs 1 and 2)"),
+        ("rungs:\n  - {name: two words}\n", "line 2: rung 'two words': field 'name': String should match pattern"),
+        ("rungs:\n  - {name: a, env: {X: }}\n", "line 2: rung 'a': field 'env.X': Input should be a valid string"),
+        ("rungs:\n  - {name: a, env: {'A=B': x}}\n", "rung 'a': field 'env': 'A=B' is not an environment variable name"),
+        ("rungs:\n  - {name: a, args: --x}\n", "line 2: rung 'a': field 'args': Input should be a valid list"),
+        ('rungs:\n  - name: a\n  - name: b\n    args: [x, "a\\0b"]\n', "line 4: rung 'b': field 'args': a NUL byte cannot"),
+        ('rungs:\n  - name: b\n    env: {X: "a\\0b"}\n', "line 3: rung 'b': field 'env': X: a NUL byte cannot"),
+        ('rungs:\n  - name: b\n    resume: ["\\0"]\n', "line 3: rung 'b': field 'resume': a NUL byte cannot"),
+        ("rungs: [a\n", "not valid YAML at line 1 (while parsing a flow sequence, expected ',' or ']', but got '<stream end>'"),
+        ("rungs:\n  - name: a\n    args: [x\n  - name: b\n", "not valid YAML at line 3 (while parsing a flow sequence"),
+        ('rungs:\n  - name: a\n    args: ["x]\n', "not valid YAML at line 3 (while scanning a quoted scalar"),
         ("- name: a\n", "expected a mapping with 'rungs', got list"),
-        ("1: x\n", "its keys must be words"),
+        ("[a]: x\n", "not valid YAML at line 1 (while constructing a mapping, found unhashable key)"),
     ],
 )
-def test_a_bad_ladder_is_refused_in_one_line_naming_the_field(tmp_path: Path, text: str, says: str) -> None:
+def test_a_bad_ladder_is_refused_in_one_line_naming_the_rung_and_the_line(tmp_path: Path, text: str, says: str) -> None:
     path = ladder_file(tmp_path, text)
     with pytest.raises(LadderError) as refused:
         load(path)
     line = errors.line(refused.value)
     assert refused.value.code == errors.ExitCode.USAGE and "\n" not in line
-    assert line.startswith(f"trainbox: error: ladder {path}: ") and says in line
+    assert line.startswith(f"trainbox: error: ladder {path}") and says in line, line
+
+
+def test_scalars_are_the_text_written_not_what_yaml_1_1_makes_of_them(tmp_path: Path) -> None:
+    text = "rungs:\n  - name: 010\n    args: [0x10, 010, 1:30, 1.10, true, ~, '']\n    env: {A: 0o7, B: 1_000, C: no}\n"
+    with pytest.raises(LadderError, match="field 'args.5': Input should be a valid string"):
+        load(ladder_file(tmp_path, text))  # an empty value is nothing, and nothing is not a word
+    (rung,) = load(ladder_file(tmp_path, text.replace(", ~", "")))
+    assert rung == Rung(name="010", args=["0x10", "010", "1:30", "1.10", "true", ""], env={"A": "0o7", "B": "1_000", "C": "no"})
+    (fast,) = load(ladder_file(tmp_path, "rungs:\n  - {name: a, expected_speed: 0.5}\n"))
+    assert fast.expected_speed == 0.5, "a number field still takes a number written as one"
+
+
+def test_the_duplicate_name_check_is_one_pass(tmp_path: Path) -> None:
+    """A ladder of many rungs starts at once: each name is compared with what a set holds, not with every other."""
+    compared = []
+
+    class Name(str):
+        def __eq__(self, other: object) -> bool:
+            compared.append(other)
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    rungs = [Rung.model_construct(name=Name(f"r{i}")) for i in range(2000)]
+    assert LadderFile.model_validate({"rungs": rungs}).rungs == rungs
+    assert len(compared) < 100, f"{len(compared)} comparisons for 2000 rungs"
 
 
 def test_a_missing_ladder_file_is_one_line(tmp_path: Path) -> None:
@@ -99,5 +130,5 @@ def test_the_cli_refuses_a_bad_ladder_before_anything_starts(tmp_path: Path) -> 
     run_dir = tmp_path / "run"
     result = train_cli(["supervise", "--run-dir", str(run_dir), "--ladder", str(path), "--", sys.executable, "-c", ""])
     assert result.code == errors.ExitCode.USAGE
-    assert result.stderr == f"trainbox: error: ladder {path}: field 'rungs.0.envs': Extra inputs are not permitted\n"
+    assert result.stderr == f"trainbox: error: ladder {path} line 4: rung 'fast': field 'envs': Extra inputs are not permitted\n"
     assert not run_dir.exists(), "nothing was started or written"

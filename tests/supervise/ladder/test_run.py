@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 from tests.supervised import faulty_child, train_cli
 from trainbox.supervise.ladder.command import CommandLadder
 from trainbox.supervise.ladder.command import Rung as FileRung
-from trainbox.supervise.ladder.policy import Kind, PolicyName, Rung
+from trainbox.supervise.ladder.policy import PolicyName, Rung
 from trainbox.supervise.ladder.run import RungLedger, training
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome, OutcomeKind
@@ -47,12 +47,28 @@ def test_the_ledger_measures_rate_restart_and_what_a_stall_cost() -> None:
     assert (situation.remaining_steps, situation.restart_s, situation.policy) == (500, 2.0, PolicyName.COST)
 
 
-def test_a_child_that_says_no_total_gets_todays_rule() -> None:
+def test_a_child_that_says_no_total_is_weighed_on_the_work_done_and_the_event_says_so() -> None:
     ledger = RungLedger(RUNGS, clock=lambda: 1040.0)
     outcome = attempt(0, 100, 10.0, beat={"total_steps": None})
     ledger.stalled("fast", outcome)
-    decision = ledger.after_stall("fast", outcome)
-    assert ledger.decided_by is PolicyName.DOWN and (decision.rung, decision.kind) == ("safe", Kind.DOWN)
+    ledger.after_stall("fast", outcome)
+    assert ledger.decided_by is PolicyName.COST and ledger.situation("fast", outcome.last_beat).remaining_steps == 100
+    assert ledger.lacked() == ["total_steps", "checkpoint_ts"]
+    assert "the work left taken as the 100 steps done (no total_steps" in ledger.lacking_words(outcome.last_beat)
+    ledger.commit("fast", attempt(0, 100, 10.0, beat={"total_steps": None}, checkpoint_ts=1005.0))
+    assert ledger.lacked() == ["total_steps"] and "epoch" not in ledger.lacking_words(outcome.last_beat)
+    without_step = attempt(0, 0, 10.0, beat={"step": None, "total_steps": None})
+    ledger.stalled("fast", without_step)
+    ledger.after_stall("fast", without_step)
+    assert ledger.decided_by is PolicyName.DOWN, "no count of work at all: nothing to weigh"
+
+
+def test_an_epoch_that_moves_on_stands_for_a_checkpoint_until_one_is_told() -> None:
+    outcome = Outcome(OutcomeKind.EXITED)
+    said = [outcome.saw(beat, float(at)) for at, beat in enumerate([{"epoch": 0}, {"epoch": 0.5}, {"epoch": 1}, {"step": 3}])]
+    assert said == [False, False, True, False]
+    said = [outcome.saw(beat, 9.0) for beat in ({"epoch": 2, "checkpoint_ts": 5.0}, {"epoch": 3}, {"epoch": True})]
+    assert said == [True, False, False], "once a checkpoint time is told, only checkpoint times count"
 
 
 def test_untrusted_beats_are_ignored_not_believed() -> None:
@@ -95,6 +111,31 @@ def test_a_run_hung_twice_at_one_place_on_fast_steps_down_then_probes_fast_again
     assert "banned here" in done.of("restart")[1]["reason"] and "probing fast" in done.of("probe")[0]["reason"]
     status = train_cli(["status", "--run-dir", str(run_dir)], run_dir)
     assert "ladder    fast (probe, --ladder-policy cost): stalls cost" in status.stdout, status.stdout
+
+
+def test_a_child_that_tells_neither_its_total_nor_its_checkpoints_climbs_back_at_an_epoch_end(tmp_path: Path) -> None:
+    """Real processes, as above, with beats that carry an epoch but no total_steps and no checkpoint_ts: the cost
+    policy still weighs (the work left taken as the work done) and probes fast where an epoch ends past step 30."""
+    ladder = tmp_path / "ladder.yaml"
+    ladder.write_text(
+        "rungs:\n"
+        '  - {name: fast, args: ["--interval", "0.02"], env: {TRAIN_FAULT: "sleep@step,step=30"}}\n'
+        '  - {name: safe, args: ["--interval", "0.08"], expected_speed: 0.25}\n'
+    )
+    run_dir = tmp_path / "run"
+    budgets = ["--stall-timeout", "3", "--startup-timeout", "30", "--backoff", "0", "--backoff-max", "0", "--grace", "1"]
+    child = faulty_child("--steps", "600", "--save-every", "20", "--epoch-steps", "20", "--untold")
+    child += ["--checkpoint", str(tmp_path / "checkpoint")]
+    done = train_cli(
+        ["supervise", "--run-dir", str(run_dir), "--ladder", str(ladder), *budgets, "--", *child], run_dir, timeout=120
+    )
+    assert done.code == 0, done.stderr
+    moves = [(e["event"], e["profile"], e["ladder"]["kind"]) for e in done.events if e.get("ladder")]
+    assert moves[:3] == [("restart", "fast", "stay"), ("restart", "safe", "down"), ("probe", "fast", "probe")], done.stderr
+    probe = done.of("probe")[0]
+    assert probe["ladder"]["lacked"] == ["total_steps", "checkpoint_ts"]
+    assert "no total_steps in the beats" in probe["reason"] and "probes at epoch ends" in probe["reason"]
+    assert (tmp_path / "checkpoint").read_text() == "600"
 
 
 def test_the_settings_reach_the_ledger_of_either_ladder() -> None:

@@ -17,13 +17,19 @@ What is measured, from the attempts' beats (:class:`~trainbox.supervise.policy.O
   attempt's last checkpoint (``checkpoint_ts`` in the beats), else minus its first step (it resumed from a
   checkpoint written before it began, so at least that much is redone);
 * **the work left**: the beat's ``total_steps`` (the child says how many steps the run has: Ultralytics' beats do,
-  ``python -m trainbox.faults`` does) minus its ``step``. A child that does not say gets ``--ladder-policy down``'s
-  rule, since without the work left there is nothing to weigh.
+  ``python -m trainbox.faults`` does) minus its ``step``. A child that does not say has as much left as it has done
+  (seen at a moment that is no special one, a run is as likely past its middle as before it: the median guess),
+  and the events say the decision lacked ``total_steps``. A child that beats no ``step`` at all gets
+  ``--ladder-policy down``'s rule, since without any count of work there is nothing to weigh.
 
 When. After a stall whose cause calls for the ladder (:data:`~trainbox.rundir.events.Retry` ``ladder``: the other
 retries, ``same``, ``native``, ``gpu_release``, stay with the cause table; the stall is recorded all the same), and
 at each checkpoint a beat tells of (an epoch end or a mid-epoch save): there the decision may be a ``probe`` back up,
-and the supervisor ends the tree and relaunches on that rung (a ``probe`` event, not a stall, crash or restart).
+and the supervisor ends the tree and relaunches on that rung (a ``probe`` event, not a stall, crash or restart). A
+child whose beats carry no ``checkpoint_ts`` is probed where its ``epoch`` moves on instead
+(:meth:`~trainbox.supervise.policy.Outcome.saw`): most programs save at each epoch's end, and the restart resumes
+from the newest complete checkpoint (:mod:`trainbox.supervise.resume`); the events say the decision lacked
+``checkpoint_ts``.
 A rung that is not on the policy's ladder (``safe-native``: a startup-only rung) keeps the ladder's own rules.
 
 Limits. Beats are read every half second at most, so a step rate is exact only over many beats, and a probe
@@ -114,6 +120,8 @@ class RungLedger:
         self.restarts: List[float] = []
         self.probation: Optional[Probation] = None
         self.total: Optional[int] = None
+        #: Whether a beat of this run has told when a checkpoint was written (else epoch ends stand for them).
+        self.checkpoints_told = False
         #: The rule that made the last decision (``down`` also when the work left is unknown): its words differ.
         self.decided_by = policy
 
@@ -140,6 +148,7 @@ class RungLedger:
         total = _number((outcome.last_beat or {}).get("total_steps"))
         if total is not None and total > 0:
             self.total = int(total)
+        self.checkpoints_told = self.checkpoints_told or _number(outcome.checkpoint_ts) is not None
         first = _number(outcome.first_step_ts)
         if self.probation is None and first is not None:
             self.probation = Probation(since=first)
@@ -167,12 +176,13 @@ class RungLedger:
         history = {name: worked.history(training(running) if running and name == rung else (0.0, 0.0))
                    for name, worked in self.worked.items()}  # fmt: skip
         step = _step(beat)
-        known = self.total is not None and step is not None
+        known = step is not None
+        total = self.total if self.total is not None else 2 * (step or 0)  # unknown: as much left as done (module doc)
         now = self.clock()
         return Situation(
             rungs=self.rungs,
             current=rung,
-            remaining_steps=max(0, (self.total or 0) - (step or 0)),
+            remaining_steps=max(0, total - (step or 0)),
             now=now,
             history=history,
             step=step,
@@ -199,14 +209,33 @@ class RungLedger:
         self.probation, self.decided_by = decision.probation, sit.policy
         return decision
 
+    def lacked(self) -> List[str]:
+        """What the beats have not told that a decision would weigh: ``total_steps``, ``checkpoint_ts``."""
+        return [
+            name for name, told in (("total_steps", self.total is not None), ("checkpoint_ts", self.checkpoints_told)) if not told
+        ]
+
+    def lacking_words(self, beat: Optional[Mapping[str, Any]]) -> str:
+        """What the decision lacked, for its reason (empty when the beats told everything)."""
+        step, lacked = _step(beat), self.lacked()
+        words = (
+            [f"the work left taken as the {step} steps done (no total_steps in the beats)"]
+            if "total_steps" in lacked and step
+            else []
+        )
+        words += ["probes at epoch ends (no checkpoint_ts in the beats)"] if "checkpoint_ts" in lacked else []
+        return f" [{'; '.join(words)}]" if words else ""
+
     def event(self, decision: Decision, rung: str, beat: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
-        """The ``ladder`` field of a ``restart`` or ``probe`` event: the decision, and what stalls and safety cost."""
+        """The ``ladder`` field of a ``restart`` or ``probe`` event: the decision, what stalls and safety cost, and
+        what the beats did not tell (``lacked``)."""
         counted = tally(self.situation(rung, beat))
         return {
             **decision.as_dict(),
             "policy": self.policy.value,
             "lost_to_stalls_s": round(counted.lost_to_stalls_s, 1),
             "safety_would_cost_s": round(counted.safety_would_cost_s, 1),
+            "lacked": self.lacked(),
         }
 
 
@@ -220,6 +249,8 @@ class RungLadder(Planner):
     ledger: RungLedger
     #: The ``restart`` event's ``ladder`` field for the stall being answered (None: the policy did not decide it).
     _ladder: Optional[Dict[str, Any]] = None
+    #: The last beat of the stall being answered (what its reason says the decision lacked).
+    last_beat: Optional[Mapping[str, Any]] = None
 
     def go_to(self, rung: str) -> None:
         raise NotImplementedError
@@ -241,6 +272,7 @@ class RungLadder(Planner):
             return None
         decision = self.ledger.after_stall(rung, outcome)
         self._ladder = self.ledger.event(decision, rung, outcome.last_beat)
+        self.last_beat = outcome.last_beat
         return decision
 
     def ladder_reason(self, cause: str, decision: Decision, before: str) -> str:
@@ -250,7 +282,7 @@ class RungLadder(Planner):
         last = decision.rung == before == self.ledger.rungs[-1].name  # nothing below to weigh against
         if self.ledger.decided_by is PolicyName.DOWN or last:
             return moved_reason(cause, Retry.LADDER, before, decision.rung)
-        return f"{cause}: {decision.reason}{hint(cause)}"
+        return f"{cause}: {decision.reason}{self.ledger.lacking_words(self.last_beat)}{hint(cause)}"
 
     def at_checkpoint(self, outcome: Outcome) -> Optional[Next]:
         """At a checkpoint of the running attempt: the launch to move to (a probe), None to carry on."""
@@ -261,4 +293,5 @@ class RungLadder(Planner):
         if not decision.moves or decision.exhausted:
             return None
         self.go_to(decision.rung)
-        return Next(self.current(), None, decision.reason, self.ledger.event(decision, rung, outcome.last_beat))
+        reason = decision.reason + self.ledger.lacking_words(outcome.last_beat)
+        return Next(self.current(), None, reason, self.ledger.event(decision, rung, outcome.last_beat))

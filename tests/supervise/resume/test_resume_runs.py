@@ -1,0 +1,41 @@
+"""A restart that resumes, end to end: a plain loop that never heard of trainbox, hung from outside.
+
+The program (tests/fixtures/resumable/loop.py) saves a torch.save-like checkpoint every 10 steps and resumes when
+given ``--resume PATH``; trainbox.faults hangs its main thread through the ``output`` site. The real programs
+(``yolo train``, a Trainer, Lightning, nanoGPT) and a kill during a save are tested with them, on the same mechanism.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.paths import FIXTURES
+from tests.supervise.output.test_uninstrumented import SHORT, supervise
+from tests.supervised import train_cli
+from trainbox.errors import ExitCode
+
+LOOP = FIXTURES / "resumable" / "loop.py"
+
+
+def test_a_loop_hung_from_outside_resumes_from_its_own_checkpoint_and_finishes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    saved = run_dir / "ck"  # the checkpoints are found relative to the run directory
+    loop = [sys.executable, str(LOOP), "--steps", "60", "--every", "10", "--out", str(saved)]
+    options = [*SHORT, "--resume-args", "--resume {checkpoint}", "--checkpoint", "ck/*.pt"]
+    done = supervise(run_dir, loop, options, fault="sleep@output,attempt=0,lines>=37")  # hangs after step 36
+    assert done.code == ExitCode.OK, done.stderr
+    assert done.kinds() == ["start", "stall", "restart", "start", "exit"], done.kinds()
+    first, restart, second = done.of("start")[0], done.of("restart")[0], done.of("start")[1]
+    assert first["argv"] == loop and first["resumed"]["from"] is None, "the first attempt runs as it is"
+    assert (restart["resumed"]["from"], restart["resumed"]["step"]) == (str(saved / "step-30.pt"), 30)
+    assert second["argv"] == [*loop, "--resume", str(saved / "step-30.pt")]
+    finished = json.loads((saved / "done.json").read_text())
+    assert (finished["started_after"], finished["ran"]) == (30, 30), "the second attempt went on from step 30"
+    state = json.loads((run_dir / "state.json").read_text())
+    assert 0 < state["resumed"]["redone_steps"] <= 10, "lost work: at most the checkpoint interval"
+    assert state["redone_steps"] == state["resumed"]["redone_steps"] == done.of("exit")[0]["redone_steps"]
+    status = train_cli(["status", "--run-dir", str(run_dir)], run_dir).stdout
+    assert f"checkpoint {saved / 'step-60.pt'}, " in status and ", step 60" in status, status
+    assert f"resumed   attempt 1 from {saved / 'step-30.pt'} (step 30): {state['redone_steps']} step(s) done again" in status

@@ -1,0 +1,1 @@
+"""A restart that resumes: the programs trainbox knows, their complete checkpoints, and what a restart adds."""

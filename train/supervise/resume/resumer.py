@@ -1,0 +1,143 @@
+"""Each attempt's command, told to resume from the run's newest complete checkpoint: what a restart adds.
+
+The supervisor asks :meth:`Resumer.launch` for every attempt before it starts (the first one too: a run named
+again after a Ctrl-C resumes its own work). The way to resume is, first found:
+
+1. the rung's ``resume:`` words (``supervise --ladder``), else the run's ``--resume-args``; ``{checkpoint}`` in a
+   word becomes the checkpoint's path, and the words are appended to the command;
+2. else the built-in recipe of a program trainbox knows (:mod:`trainbox.supervise.resume.recipes`), which also
+   replaces the same option in the command;
+3. else nothing: the command runs as it is (today's behaviour).
+
+Where the checkpoints are: ``--checkpoint GLOB`` (relative to the working directory, then the run directory), taken
+at any age since the user named them; else the recipe's globs, counting only checkpoints written since the run
+began (another run's in the same folder are not this one's work). The newest complete one is chosen
+(:mod:`trainbox.supervise.resume.checkpoints`), after :data:`SETTLE_S` for anything still being written to show it.
+Without a checkpoint of this run the command runs as it is: a first attempt never gets ``resume=True`` (which
+Ultralytics answers by searching the whole working directory) or a ``--resume_from_checkpoint`` (which the Trainer
+refuses on a first run). Words without ``{checkpoint}`` and nothing to find checkpoints by are added at every
+restart, and never to a first attempt.
+
+What was chosen, or why nothing was, goes on the launch (``Launch.resumed``): the ``start`` and ``restart`` events
+carry it, and once the resumed attempt shows its first step the monitor measures the work done again
+(:func:`redone`) against where the attempt before it got to (``reached``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from trainbox.supervise.planner import Launch
+from trainbox.supervise.resume import checkpoints, recipes
+from trainbox.supervise.settings import CHECKPOINT_FIELD, NO_RESUME, SupervisorSettings, resume_words
+
+#: Seconds between finding the checkpoints and choosing one: a save under way writes far more often than this, so
+#: a file or folder that has not changed across it is not being written (the child tree is already gone by then).
+SETTLE_S = 0.5
+#: Checkpoints passed over that an event lists (the newest ones): enough to see why the newest was not taken.
+PASSED_LISTED = 5
+
+
+def redone(reached: Optional[Mapping[str, Any]], first: Optional[Mapping[str, Any]]) -> Optional[int]:
+    """Steps done again: from the resumed attempt's first counter ``first`` up to where the attempt before it had
+    got (``reached``), both beats; by ``step``, else by ``batch`` within one epoch; None when they cannot be compared."""
+    for key in ("step", "batch"):
+        before, after = _count((reached or {}).get(key)), _count((first or {}).get(key))
+        if before is None or after is None:
+            continue
+        if key == "batch" and (reached or {}).get("epoch") != (first or {}).get("epoch"):
+            return None
+        return max(0, before - after + 1)
+    return None
+
+
+def _count(value: Any) -> Optional[int]:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+
+
+class Resumer:
+    """Applies the run's resume rule to each launch (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: SupervisorSettings,
+        run_root: Path,
+        since: float,
+        cwd: Optional[Path] = None,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
+        self.off = settings.resume_args.strip() == NO_RESUME
+        self.words = resume_words(settings.resume_args) if settings.resume_args and not self.off else None
+        self.named = (settings.checkpoint,) if settings.checkpoint else ()
+        self.roots = (cwd or Path.cwd(), Path(run_root).absolute())
+        self.since = since
+        self.sleep = sleep
+
+    def problem(self, launch: Launch) -> Optional[str]:
+        """Why ``launch`` cannot resume as it asks (one line), None when it can: ``{checkpoint}`` with nowhere to look."""
+        words = launch.resume if launch.resume is not None else self.words
+        if words and any(CHECKPOINT_FIELD in word for word in words) and not self._globs(launch)[0]:
+            return (
+                f"the resume arguments name {CHECKPOINT_FIELD}, but trainbox does not know where "
+                f"{Path(launch.argv[0]).name} writes its checkpoints: say it with --checkpoint GLOB"
+            )
+        return None
+
+    def _globs(self, launch: Launch) -> Tuple[Tuple[str, ...], Optional[float], Optional[recipes.Program]]:
+        """Where to look, since when (None: any age), and the program recognised."""
+        program = recipes.recognise(launch.argv)
+        if self.named:
+            return self.named, None, program
+        return (program.globs if program else ()), self.since, program
+
+    def launch(self, launch: Launch, restart: bool, reached: Optional[Mapping[str, Any]] = None) -> Launch:
+        """``launch`` as it runs: told to resume from the newest complete checkpoint when there is one (see the
+        module docstring); ``restart``: an attempt after another; ``reached``: that attempt's last beat."""
+        if self.off and launch.resume is None:
+            return launch
+        globs, since, program = self._globs(launch)
+        words = launch.resume if launch.resume is not None else self.words
+        if words is None and program is None:
+            return launch
+        how = "the rung's resume" if launch.resume is not None else "--resume-args" if words is not None else None
+        how = how or f"the built-in way for {program.name if program else '?'}"
+        about: Dict[str, Any] = {"how": how, "reached": dict(reached) if reached else None}
+        if not globs:  # words without {checkpoint} and nowhere to look: every restart adds them (problem() refused the rest)
+            if not restart or not words:
+                return launch
+            return replace(launch, argv=[*launch.argv, *words], resumed={**about, "from": None, "why": "added at every restart"})
+        chosen, passed = self._choose(globs, since)
+        about.update(looked_for=list(globs), passed_over=[{"path": p, "why": w} for p, w in passed[:PASSED_LISTED]])
+        if chosen is None:
+            why = "no complete checkpoint of this run yet" if since is not None else "no complete checkpoint found"
+            return replace(launch, resumed={**about, "from": None, "why": why})
+        path = str(chosen.path)
+        argv = [*launch.argv, *(w.replace(CHECKPOINT_FIELD, path) for w in words)] if words is not None else None
+        argv = argv if argv is not None else program.resumed(launch.argv, path) if program else list(launch.argv)
+        return replace(launch, argv=argv, resumed={**about, "from": path, "step": chosen.step, "mtime": round(chosen.mtime, 3)})
+
+    def _choose(
+        self, globs: Sequence[str], since: Optional[float]
+    ) -> Tuple[Optional[checkpoints.Checkpoint], List[Tuple[str, str]]]:
+        found = checkpoints.find(globs, self.roots, since)
+        if found:
+            self.sleep(SETTLE_S)
+        return checkpoints.choose(found)
+
+    def newest(self, launch: Launch) -> Optional[checkpoints.Checkpoint]:
+        """The newest complete checkpoint ``launch``'s command has written so far (for ``status``), without waiting."""
+        globs, since, _ = self._globs(launch)
+        return checkpoints.choose(checkpoints.find(globs, self.roots, since))[0] if globs else None
+
+
+def resumed_words(resumed: Optional[Mapping[str, Any]]) -> str:
+    """``, resuming from PATH (step N)`` or ``, from the start: WHY`` for the restart line; '' when it cannot resume."""
+    if not resumed:
+        return ""
+    if resumed.get("from"):
+        step = resumed.get("step")
+        return f", resuming from {resumed['from']}" + (f" (step {step})" if step is not None else "")
+    return f", from the start: {resumed.get('why', 'no checkpoint')}" if resumed.get("why") != "added at every restart" else ""
