@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import replace
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from trainbox import faults
@@ -37,7 +36,7 @@ from trainbox.supervise.planner import Launch, Next
 from trainbox.supervise.policy import Outcome, OutcomeKind
 from trainbox.supervise.record import Record
 from trainbox.supervise.resume.checkpoints import Checkpoint
-from trainbox.supervise.resume.resumer import redone
+from trainbox.supervise.resume.notes import ResumeNotes
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.stalls import stall
 from trainbox.supervise.stalls.budgets import BudgetPolicy
@@ -47,9 +46,6 @@ from trainbox.supervise.stalls.silence import Action, extension
 POLL_S = 0.5
 #: Exit status of a command that cannot be started, as a shell reports "command not found".
 NOT_STARTED = 127
-#: Seconds between two looks for the command's newest checkpoint (a glob and a stat or two each): ``status`` shows
-#: its age in seconds, and checkpoints come minutes apart.
-CHECKPOINT_LOOK_S = 5.0
 
 
 class Monitor:
@@ -72,9 +68,8 @@ class Monitor:
         self.record = record
         #: Says what a stop signal stops, given the attempt and its last beat (the supervisor's one line).
         self.stopping = stopping or self._say_stopping
-        #: The newest complete checkpoint the command has written (trainbox.supervise.resume), for ``status``.
-        self.newest_checkpoint = newest_checkpoint
-        self._looked = -CHECKPOINT_LOOK_S
+        #: The newest checkpoint and the work done again after a restart, for ``status`` (trainbox.supervise.resume).
+        self.resume_notes = ResumeNotes(record, newest_checkpoint)
         #: The planner's answer to a checkpoint the running attempt wrote: a launch to move to (a probe), or None.
         self.at_checkpoint = at_checkpoint
         #: The supervisor's process groups that are not any attempt's (the notifiers in flight).
@@ -102,8 +97,7 @@ class Monitor:
                     outcome = self._watch(attempt)
                 finally:
                     self.pace.finish(time.time())
-                    self._looked = -CHECKPOINT_LOOK_S  # the last look of the attempt, whenever the one before was
-                    self._look_for_checkpoint(attempt.launch, time.monotonic())
+                    self.resume_notes.look(attempt.launch, time.monotonic(), last=True)
                 tail = attempt.tee
         except CannotStart as exc:
             return self._not_started(number, launch, str(exc))
@@ -172,7 +166,7 @@ class Monitor:
             if stalled is not None:
                 return stalled
             self._notice(attempt, now)
-            self._look_for_checkpoint(attempt.launch, now)
+            self.resume_notes.look(attempt.launch, now)
             tree = [process.pid for process in attempt.tree.scan()]
             slow = self.pace.poll(tree, attempt.proc.pid, time.time())
             if slow is not None:
@@ -254,34 +248,11 @@ class Monitor:
         if outcome.first_step_ts is None:
             counted = [p.record for p in progressed if p.record and ("step" in p.record or "batch" in p.record)]
             if counted:
-                self._resumed(attempt, counted[0])
+                self.resume_notes.first_counter(attempt.number, attempt.launch, counted[0])
         saved = outcome.saw(record, time.time())
         if self.record.state is State.STARTING:
             self.record.set_state(State.RUNNING, heartbeat=record)
         return True, saved
-
-    def _resumed(self, attempt: Attempt, first: Dict[str, Any]) -> None:
-        """A restarted attempt's first counter: the work done again since where the attempt before it got, counted
-        (``redone_steps``) and published (state.json ``resumed``) for ``status`` and the report."""
-        resumed = attempt.launch.resumed
-        if not resumed or not resumed.get("reached"):
-            return
-        steps = redone(resumed["reached"], first)
-        counters = self.record.counters
-        self.record.counters = replace(counters, redone_steps=counters.redone_steps + (steps or 0))
-        fields = {k: resumed.get(k) for k in ("from", "step", "why")}
-        self.record.publish(force=True, resumed=dict(fields, attempt=attempt.number, first=first, redone_steps=steps))
-        where = f"from {resumed['from']}" if resumed.get("from") else "from the start"
-        say(f"attempt {attempt.number} resumed {where}" + (f": {steps} step(s) done again" if steps is not None else ""))
-
-    def _look_for_checkpoint(self, launch: Launch, now: float) -> None:
-        """Every CHECKPOINT_LOOK_S: the newest complete checkpoint of the command, in state.json for ``status``."""
-        if now - self._looked < CHECKPOINT_LOOK_S:
-            return
-        self._looked = now
-        newest = self.newest_checkpoint(launch)
-        if newest is not None:
-            self.record.publish(checkpoint=newest.as_dict())
 
     def _device(self, attempt: Attempt, beat: Optional[Dict[str, Any]]) -> bool:
         """Record the first beat that says which device the child found (once per attempt); whether it did."""

@@ -65,6 +65,16 @@ from trainbox.supervise.stalls.budgets import BudgetPolicy
 from trainbox.system import proctree
 
 
+def _restart_line(number: int, after: Outcome, following: Next, launch: Launch, delay: float) -> str:
+    """``restarting (attempt 1, after stalled) in 2.0 s with profile P: REASON, resuming from PATH (step N)``."""
+    return (
+        f"restarting (attempt {number}, after {after.kind.value}) in {delay:.1f} s"
+        + (f" with profile {launch.profile}" if launch.profile else "")
+        + (f": {following.reason}" if following.retry else "")
+        + resumed_words(launch.resumed)
+    )
+
+
 def _began(records: List[Dict[str, Any]], now: float) -> float:
     """When the run began: its first ``start`` event (a run named again goes on), else ``now``."""
     starts = [r.get("ts") for r in records if r.get("event") == "start" and isinstance(r.get("ts"), (int, float))]
@@ -120,8 +130,6 @@ class Supervisor:
         #: The stop has been told (once: as the tree is ended, or as the run ends when no tree was running).
         self._stop_said = False
         self._notifier: Optional[notifier.Notifier] = None
-        #: Tells each attempt's command to resume from the run's newest complete checkpoint (trainbox.supervise.resume).
-        self.resumer = Resumer(self.settings, self.run_dir.root, time.time())
 
     def run(self) -> int:
         """Supervise until success, give-up or a stop signal; return the exit code.
@@ -135,7 +143,7 @@ class Supervisor:
             lock.release()
             raise HistoryRefused.at(self.run_dir.events, past.refused or Refusal.UNREADABLE)
         self.session = self.run_dir.new_session(time.time())
-        self.resumer.since = _began(past.records, self.resumer.since)
+        self.resumer = Resumer(self.settings, self.run_dir.root, _began(past.records, time.time()))  # resume/resumer.py
         if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
             self._notifier = notifier.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
@@ -252,8 +260,7 @@ class Supervisor:
             launch = following.launch
 
     def _back_off(self, number: int, after: Outcome, previous: Launch, following: Next, launch: Launch, delay: float) -> bool:
-        """Announce attempt ``number`` (``launch``: ``following``'s, as it runs) and wait ``delay`` seconds before it;
-        True when a stop signal came meanwhile."""
+        """Announce attempt ``number`` (``launch``: as it runs) and wait ``delay`` s before it; True when a stop came."""
         released: Dict[str, Any] = {}
         if following.retry is Retry.GPU_RELEASE:
             released = gpu_release.wait(after.detail.get("pids", []), self._sleep, before_mib=after.detail.get("gpu_before_mib"))
@@ -266,23 +273,17 @@ class Supervisor:
             previous_profile=previous.profile,
             reason=following.reason,
             retry=following.retry.value if following.retry else None,
-            ladder=following.ladder,
             resumed=launch.resumed,
+            ladder=following.ladder,
             **released,
         )
-        say(
-            f"restarting (attempt {number}, after {after.kind.value}) in {delay:.1f} s"
-            + (f" with profile {launch.profile}" if launch.profile else "")
-            + (f": {following.reason}" if following.retry else "")
-            + resumed_words(launch.resumed)
-        )
+        say(_restart_line(number, after, following, launch, delay))
         # No budget runs while backing off: `health` must not judge the wait by the last attempt's silence.
         self.record.set_state(State.BACKOFF, attempt=number, budget=None, silent_s=None, next_attempt_ts=time.time() + delay)
         return self._sleep(delay)
 
     def _probe(self, number: int, previous: Launch, following: Next, launch: Launch) -> bool:
-        """Announce attempt ``number``, the ladder's probe from ``previous`` at a checkpoint (``launch``: as it runs);
-        True when stopped."""
+        """Announce attempt ``number``, the ladder's probe from ``previous`` (``launch``: as it runs); True when stopped."""
         fields = dict(profile=launch.profile, previous_profile=previous.profile, reason=following.reason, resumed=launch.resumed)
         self.record.emit("probe", number, **fields, ladder=following.ladder)
         say(f"attempt {number}: probing profile {launch.profile}: {following.reason}")

@@ -1,0 +1,54 @@
+"""What the monitor writes down about resuming, as an attempt runs: the newest checkpoint, and the work done again.
+
+``status`` and the report read the run directory only, and a command's checkpoints are its own, anywhere: so the
+monitor looks for the newest complete one every :data:`LOOK_S` (and once as each attempt ends) and keeps it in
+state.json (``checkpoint``: path, time, step). When a restarted attempt shows its first counter, the steps done
+again since where the attempt before it had got (:func:`trainbox.supervise.resume.resumer.redone`) are added to the
+run's ``redone_steps`` and the restart's ``resumed`` is kept in state.json with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable, Dict, Optional
+
+from trainbox.errors import say
+from trainbox.supervise.planner import Launch
+from trainbox.supervise.record import Record
+from trainbox.supervise.resume.checkpoints import Checkpoint
+from trainbox.supervise.resume.resumer import redone
+
+#: Seconds between two looks for the command's newest checkpoint (a glob and a stat or two each): ``status`` shows
+#: its age in seconds, and checkpoints come minutes apart.
+LOOK_S = 5.0
+
+
+class ResumeNotes:
+    """Keeps state.json's ``checkpoint`` and ``resumed`` for one run (see the module docstring)."""
+
+    def __init__(self, record: Record, newest: Callable[[Launch], Optional[Checkpoint]]) -> None:
+        self.record = record
+        self.newest = newest
+        self.looked = -LOOK_S
+
+    def look(self, launch: Launch, now: float, last: bool = False) -> None:
+        """Every LOOK_S (monotonic ``now``), or as an attempt ends (``last``): the newest checkpoint, published."""
+        if not last and now - self.looked < LOOK_S:
+            return
+        self.looked = now
+        newest = self.newest(launch)
+        if newest is not None:
+            self.record.publish(checkpoint=newest.as_dict())
+
+    def first_counter(self, number: int, launch: Launch, first: Dict[str, Any]) -> None:
+        """Attempt ``number``'s first counter ``first``: for a restart, the work done again, counted and published."""
+        resumed = launch.resumed
+        if not resumed or not resumed.get("reached"):
+            return
+        steps = redone(resumed["reached"], first)
+        counters = self.record.counters
+        self.record.counters = replace(counters, redone_steps=counters.redone_steps + (steps or 0))
+        fields = {key: resumed.get(key) for key in ("from", "step", "why")}
+        self.record.publish(force=True, resumed=dict(fields, attempt=number, first=first, redone_steps=steps))
+        where = f"from {resumed['from']}" if resumed.get("from") else "from the start"
+        say(f"attempt {number} resumed {where}" + (f": {steps} step(s) done again" if steps is not None else ""))
