@@ -19,9 +19,12 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Optional, TextIO
+from typing import Any, Dict, Iterable, Optional, TextIO
+
+import docker
 
 from trainbox.container import compose, dotenv, engine, locks
+from trainbox.container import reproducible as reproducible_build
 from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested
 
@@ -42,33 +45,65 @@ def build(
     ca_certs: Iterable[str] = (),
     no_cache: bool = False,
     out: Optional[TextIO] = None,
+    reproducible: bool = False,
 ) -> str:
-    """Build ``flavor``'s image; return its tag. Checks the lock, then writes .env."""
+    """Build ``flavor``'s image; return its tag. Checks the lock, then writes .env.
+
+    ``reproducible``: build the commit (``git archive`` of HEAD) and rewrite the image so that its ID
+    depends only on the commit (:mod:`trainbox.container.reproducible`)."""
     out = out or sys.stdout
     locks.check(flavor)
     values = dotenv.settings(flavor, ca_certs)
     dotenv.write(root, values)
     service = compose.service(flavor, dotenv.variables(values), root)
-    spec = service.build
-    client = engine.api()
     started = time.monotonic()
-    stream = client.build(
-        path=str(root / spec.get("context", ".")),
-        dockerfile=spec.get("dockerfile", "Dockerfile"),
-        tag=service.image,
-        buildargs={key: str(value) for key, value in (spec.get("args") or {}).items()},
-        network_mode=spec.get("network"),
-        nocache=no_cache,
-        rm=True,
-        forcerm=True,
-        decode=True,
-    )
+    client = engine.api()
+    arguments = service_build_arguments(service, root, no_cache)
+    if reproducible:
+        build_commit(client, service, arguments, root, out)
+    else:
+        stream(client, arguments, out)
+    out.write(f"built {service.image} in {time.monotonic() - started:.0f} s\n")
+    return service.image
+
+
+def service_build_arguments(service: compose.Service, root: Path, no_cache: bool) -> Dict[str, Any]:
+    """docker-py's build arguments for the service's ``build:`` section (context: the checkout's folder)."""
+    spec = service.build
+    return {
+        "path": str(root / spec.get("context", ".")),
+        "dockerfile": spec.get("dockerfile", "Dockerfile"),
+        "tag": service.image,
+        "buildargs": {key: str(value) for key, value in (spec.get("args") or {}).items()},
+        "network_mode": spec.get("network"),
+        "nocache": no_cache,
+        "rm": True,
+        "forcerm": True,
+        "decode": True,
+    }
+
+
+def build_commit(client: docker.APIClient, service: compose.Service, arguments: Dict[str, Any], root: Path, out: TextIO) -> str:
+    """Build HEAD's ``git archive`` with ``arguments``, then rewrite the image to depend only on the commit; its ID."""
+    dockerfile = arguments.pop("path") and arguments["dockerfile"]
+    reproducible_build.note_uncommitted(root, dockerfile, out)
+    # The label names the commit built, never "-dirty": uncommitted changes are not in the context.
+    arguments["buildargs"]["SOURCE_COMMIT"] = reproducible_build.head(root)
+    with reproducible_build.context(root, dockerfile) as context:
+        stream(client, {**arguments, "fileobj": context, "custom_context": True}, out)
+    base = next(value for key, value in arguments["buildargs"].items() if key.endswith("_BASE_IMAGE"))
+    return reproducible_build.normalize(client, arguments["tag"], base, reproducible_build.source_date_epoch(root), out)
+
+
+def stream(client: docker.APIClient, arguments: Dict[str, Any], out: TextIO) -> None:
+    """Run one build with ``arguments``, its output streamed to ``out``; a failed step is one line."""
     certificate_failed = False
+    tag = arguments["tag"]
     try:
-        for chunk in stream:
+        for chunk in client.build(**arguments):
             if "error" in chunk:
                 hint = f"; {CA_FIX}" if certificate_failed else ""
-                raise UserError(f"build of {service.image} failed: {chunk['error'].strip()}{hint}")
+                raise UserError(f"build of {tag} failed: {chunk['error'].strip()}{hint}")
             text = chunk.get("stream") or chunk.get("status")
             if text:
                 certificate_failed = certificate_failed or CERTIFICATE_FAILURE.search(text) is not None
@@ -76,7 +111,5 @@ def build(
                 out.flush()
     except StopRequested as stop:
         client.close()  # the engine cancels a build whose client hung up
-        stop.what = stop.what or f"the build of {service.image} (no image was tagged)"
+        stop.what = stop.what or f"the build of {tag} (no image was tagged)"
         raise
-    out.write(f"built {service.image} in {time.monotonic() - started:.0f} s\n")
-    return service.image

@@ -8,6 +8,9 @@ set -a
 for file in /etc/trainbox/env.d/*.env; do . "$file"; done
 set +a
 useradd --uid 1000 --user-group --no-create-home --home-dir "$HOME" --shell /bin/sh trainbox
+# useradd writes the day of the build into /etc/shadow (last password change); the account has
+# no password, so an empty field (no password ageing) says the same and is the same in every build.
+sed -i 's/^\(trainbox:[^:]*:\)[0-9]*:/\1:/' /etc/shadow
 install -d -m 0755 "$TRAINBOX_DATA"
 for dir in "$HOME" "$TRAINBOX_RUNS" "${MIOPEN_USER_DB_PATH:-}" "${MIOPEN_CUSTOM_CACHE_DIR:-}" \
   "${TORCHINDUCTOR_CACHE_DIR:-}" "${TRITON_CACHE_DIR:-}"; do

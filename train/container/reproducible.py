@@ -1,0 +1,87 @@
+"""``invoke build --reproducible``: an image whose ID depends only on the commit, not on the build.
+
+Docker's classic builder (the only one docker-py drives, and Debian's
+docker.io 20.10 ships a BuildKit too old for ``SOURCE_DATE_EPOCH``) stamps
+every image with the build's clock: the config's ``created`` and history, the
+``container`` and intermediate image IDs, and every file it writes gets the
+time it was written. What was measured here, and what this module does:
+
+- the build context is ``git archive`` of HEAD (the Dockerfile, env/, train/):
+  every file the Dockerfile COPYs has the commit's time and mode 0644/0755,
+  whatever the checkout's umask and file times (uncommitted changes are left
+  out, and said so);
+- the Dockerfiles end every RUN that installs packages with
+  ``forget-build.sh`` (apt and dpkg logs, apt's caches, ldconfig's aux-cache,
+  the ``-old`` databases), and pip's bytecode is already hash-based and
+  compiled in one process;
+- then the built image is saved, and each of its own layers (the pinned base
+  image's are kept byte for byte) is rewritten by :mod:`trainbox.container.layers`
+  with every timestamp clamped to ``SOURCE_DATE_EPOCH`` (the commit's time,
+  ``git log -1 --format=%ct``); the config gets that time as ``created`` and
+  loses what names the build (container IDs, builder version); the result is
+  loaded back under the same tag. Its ID is the sha256 of that config, so two
+  builds of one commit on two machines get the same ID when their layers match.
+
+The rewrite reads and writes the image twice (save and load: minutes for the
+4 GB CPU image on two cores) and replaces the cached layers by the rewritten
+ones, so it is an option, not the default.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import IO, Optional, Sequence
+
+from trainbox.errors import UserError
+
+#: What an image build reads from the commit: .dockerignore admits only env/ and train/ besides the Dockerfile.
+CONTEXT_PATHS = ("env", "train")
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or str(exc)
+        raise UserError(f"a reproducible build needs the git checkout: git {' '.join(args)} failed: {detail.strip()}") from None
+
+
+def source_date_epoch(root: Path) -> int:
+    """The commit's time (seconds since 1970), the ``SOURCE_DATE_EPOCH`` of every file and date in the image."""
+    return int(_git(root, "log", "-1", "--format=%ct").strip())
+
+
+def head(root: Path) -> str:
+    """The commit a reproducible build builds."""
+    return _git(root, "rev-parse", "HEAD").strip()
+
+
+def uncommitted(root: Path, paths: Sequence[str]) -> list:
+    """Files under ``paths`` that differ from HEAD: a reproducible build leaves those changes out."""
+    return [line[3:] for line in _git(root, "status", "--porcelain", "--", *paths).splitlines() if line]
+
+
+def context(root: Path, dockerfile: str) -> IO[bytes]:
+    """The build context as ``git archive`` writes it for HEAD: file times are the commit's, modes 0644/0755."""
+    archive = tempfile.TemporaryFile()
+    try:
+        subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", "HEAD", "--", dockerfile, *CONTEXT_PATHS],
+            stdout=archive,
+            stderr=subprocess.PIPE,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        archive.close()
+        detail = getattr(exc, "stderr", b"") or str(exc).encode()
+        raise UserError(f"git archive of HEAD failed: {detail.decode(errors='replace').strip()}") from None
+    archive.seek(0)
+    return archive
+
+
+def note_uncommitted(root: Path, dockerfile: str, out: Optional[IO[str]]) -> None:
+    changed = uncommitted(root, [dockerfile, *CONTEXT_PATHS])
+    if changed and out is not None:
+        out.write(f"note: building the commit (HEAD); {len(changed)} uncommitted change(s) left out, e.g. {changed[0]}\n")
