@@ -1,7 +1,8 @@
 """invoke tasks for the trainbox containers (thin: the work is in train/container/).
 
     invoke setup                      write .env (pins, UID/GID, video/render GIDs, flavor)
-    invoke build [--flavor cpu]       build the image, output streamed live
+    invoke build [--flavor cpu] [--reproducible]   build the image, output streamed live
+    invoke verify-rebuild [--flavor cpu] [--expect sha256:...]   rebuild the commit from scratch and compare
     invoke train --profile safe [--flavor rocm|cuda|cpu] [--data PATH] [--set KEY=VALUE ...]
                  [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
     invoke status [--run NAME] [--deadline 07:00] [--watch]
@@ -35,7 +36,7 @@ from invoke.main import program
 from trainbox import errors, interrupt
 from trainbox.container import build as build_image
 from trainbox.container import bundle as bundles
-from trainbox.container import compose, dotenv, engine, flavors, launch, locks
+from trainbox.container import compose, dotenv, engine, flavors, launch, locks, rebuild
 from trainbox.container import fingerprint as fingerprints
 from trainbox.doctor import cli as doctor_cli
 from trainbox.view import live
@@ -135,13 +136,30 @@ def setup(c, flavor=None, ca_cert=None):
         "flavor": FLAVOR_HELP,
         "ca_cert": "extra CA certificate file or directory, trusted inside the build (repeatable; also $TRAINBOX_CA_CERTS)",
         "no_cache": "rebuild every layer",
+        "reproducible": "build the commit (not uncommitted changes) so that the image ID depends on it alone:"
+        " the same on any machine; the image is rewritten once after the build (minutes)",
     },
     iterable=["ca_cert"],
 )
 @one_line_errors
-def build(c, flavor=None, ca_cert=None, no_cache=False):
+def build(c, flavor=None, ca_cert=None, no_cache=False, reproducible=False):
     """Build the flavor's image through the Docker SDK, streaming progress."""
-    build_image.build(_flavor(flavor), ROOT, ca_cert or [], no_cache)
+    build_image.build(_flavor(flavor), ROOT, ca_cert or [], no_cache, reproducible=reproducible)
+
+
+@task(
+    help={
+        "flavor": FLAVOR_HELP,
+        "ca_cert": "extra CA certificate file or directory, as given to the first build (repeatable; also $TRAINBOX_CA_CERTS)",
+        "expect": "the image ID the first machine printed (sha256:...): exit 1 unless the rebuild has it",
+    },
+    iterable=["ca_cert"],
+)
+@one_line_errors
+def verify_rebuild(c, flavor=None, ca_cert=None, expect=None):
+    """Rebuild this commit from scratch beside the image and compare: one line with the image ID when identical,
+    else what differs, layer by layer and file by file (exit 1); the last line is the one to compare between machines."""
+    raise Exit(code=rebuild.verify(_flavor(flavor), ROOT, ca_cert or [], expect))
 
 
 @task(

@@ -59,11 +59,13 @@ def build(
     started = time.monotonic()
     client = engine.api()
     arguments = service_build_arguments(service, root, no_cache)
-    if reproducible:
-        build_commit(client, service, arguments, root, out)
-    else:
+    if not reproducible:
         stream(client, arguments, out)
+        out.write(f"built {service.image} in {time.monotonic() - started:.0f} s\n")
+        return service.image
+    image_id = build_commit(client, service, arguments, root, out)
     out.write(f"built {service.image} in {time.monotonic() - started:.0f} s\n")
+    out.write(reproducible_build.identity(flavor, arguments["buildargs"]["SOURCE_COMMIT"], image_id) + "\n")
     return service.image
 
 

@@ -21,13 +21,12 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, Optional, TextIO
+from typing import Iterable, Iterator, List, Optional, TextIO
 
 import docker
 from docker.errors import APIError, ImageNotFound
 
 from trainbox.container import build, compose, dotenv, engine, imagediff, reproducible
-from trainbox.errors import UserError
 
 REBUILD_SUFFIX = "-rebuild"
 #: What a build writes while it runs goes here (stdout carries the verdict alone).
@@ -35,16 +34,13 @@ PROGRESS = sys.stderr
 SOURCE_COMMIT_LABEL = "io.trainbox.source-commit"
 
 
-def identity(flavor: str, commit: str, image_id: str) -> str:
-    """The line two machines compare: equal exactly when their builds of the commit are."""
-    return f"{flavor} image of commit {commit} is {image_id}"
-
-
-def verify(flavor: str, root: Path, expect: Optional[str] = None, out: Optional[TextIO] = None) -> int:
+def verify(
+    flavor: str, root: Path, ca_certs: Iterable[str] = (), expect: Optional[str] = None, out: Optional[TextIO] = None
+) -> int:
     """Rebuild ``flavor``'s image of HEAD without cache and compare; print the verdict; 0 when identical."""
     out = out or sys.stdout
     client = engine.api()
-    service = compose.service(flavor, dotenv.variables(dotenv.settings(flavor)), root)
+    service = compose.service(flavor, dotenv.variables(dotenv.settings(flavor, ca_certs)), root)
     commit = reproducible.head(root)
     here = existing(client, service.image)
     if here is not None:
@@ -61,7 +57,7 @@ def verify(flavor: str, root: Path, expect: Optional[str] = None, out: Optional[
                 client.remove_image(tag)
     if expect is not None and expect.strip() != rebuilt:
         lines.append(f"the rebuild is {rebuilt}, not the expected {expect.strip()}")
-    out.write("".join(line + "\n" for line in [*lines, identity(flavor, commit, rebuilt)]))
+    out.write("".join(line + "\n" for line in [*lines, reproducible.identity(flavor, commit, rebuilt)]))
     return 0 if len(lines) == 0 else 1
 
 
@@ -80,19 +76,16 @@ def note_other_commit(here: dict, commit: str, image: str, out: TextIO) -> None:
 def verdict(client: docker.APIClient, image: str, here: Optional[dict], tag: str, rebuilt: str) -> List[str]:
     """Nothing when the rebuild is the image here (or there is none to compare with); else what differs."""
     if here is None:
-        return [] if False else _no_image_here(image)
+        PROGRESS.write(f"note: there was no {image} here to compare with: the rebuild is now {image}\n")
+        return []
     if here["Id"] == rebuilt:
+        PROGRESS.write(f"the rebuild is identical to {image}\n")
         return []
     with saved(client, image) as image_tar, saved(client, tag) as rebuild_tar:
         differences = imagediff.differences(
             imagediff.saved_image(image_tar, image), imagediff.saved_image(rebuild_tar, tag)
         )
     return [f"the rebuild differs from {image} ({here['Id']}):", *differences]
-
-
-def _no_image_here(image: str) -> List[str]:
-    PROGRESS.write(f"note: there was no {image} here to compare with: the rebuild is now {image}\n")
-    return []
 
 
 @contextlib.contextmanager
@@ -103,7 +96,3 @@ def saved(client: docker.APIClient, tag: str) -> Iterator[tarfile.TarFile]:
         reproducible.save(client, tag, path)
         with tarfile.open(path) as tar:
             yield tar
-
-
-def refuse_missing(image: str, flavor: str) -> UserError:
-    return UserError(f"image {image} not found: run `invoke build --reproducible --flavor {flavor}`")

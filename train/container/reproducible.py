@@ -46,6 +46,12 @@ from trainbox.errors import UserError
 CONTEXT_PATHS = ("env", "train")
 
 
+def identity(flavor: str, commit: str, image_id: str) -> str:
+    """The line two machines compare (``invoke build --reproducible`` and ``invoke verify-rebuild`` end with it):
+    equal exactly when their builds of the commit are."""
+    return f"{flavor} image of commit {commit} is {image_id}"
+
+
 def _git(root: Path, *args: str) -> str:
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
