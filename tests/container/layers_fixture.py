@@ -44,9 +44,7 @@ def layer(items: Sequence[Item], uname: str = "root") -> bytes:
 def config(diff_ids: List[str], created: str = "2026-11-29T02:47:11.123456789Z", steps: int = 2) -> dict:
     """A classic-builder config: one base step, then ``steps`` steps of this build, with build-only keys."""
     history = [{"created": "2025-06-01T00:00:00Z", "created_by": "bootstrap"}]
-    history += [
-        {"created": created, "created_by": f"/bin/bash -euo pipefail -c step {index}"} for index in range(1, steps + 1)
-    ]
+    history += [{"created": created, "created_by": f"/bin/bash -euo pipefail -c step {index}"} for index in range(1, steps + 1)]
     return {
         "architecture": "amd64",
         "os": "linux",

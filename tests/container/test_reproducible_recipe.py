@@ -43,7 +43,13 @@ def test_every_run_that_installs_or_adds_a_user_ends_by_forgetting_the_build(fla
 
 def test_forget_build_removes_what_records_the_build() -> None:
     text = (IMAGE_SCRIPTS / "forget-build.sh").read_text()
-    for path in ("/var/log/apt/*", "/var/log/dpkg.log", "/var/cache/ldconfig/aux-cache", "/var/lib/dpkg/*-old", "/var/cache/apt/*.bin"):
+    for path in (
+        "/var/log/apt/*",
+        "/var/log/dpkg.log",
+        "/var/cache/ldconfig/aux-cache",
+        "/var/lib/dpkg/*-old",
+        "/var/cache/apt/*.bin",
+    ):
         assert path in text
 
 

@@ -82,9 +82,7 @@ def verdict(client: docker.APIClient, image: str, here: Optional[dict], tag: str
         PROGRESS.write(f"the rebuild is identical to {image}\n")
         return []
     with saved(client, image) as image_tar, saved(client, tag) as rebuild_tar:
-        differences = imagediff.differences(
-            imagediff.saved_image(image_tar, image), imagediff.saved_image(rebuild_tar, tag)
-        )
+        differences = imagediff.differences(imagediff.saved_image(image_tar, image), imagediff.saved_image(rebuild_tar, tag))
     return [f"the rebuild differs from {image} ({here['Id']}):", *differences]
 
 
