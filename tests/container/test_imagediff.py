@@ -82,7 +82,9 @@ def test_steps_are_named_by_their_dockerfile_instruction() -> None:
         {"created_by": "/bin/sh -c #(nop)  ENV A=1", "empty_layer": True},
         {"created_by": "|2 EXTRA=1 /bin/bash -euo pipefail -c apt-get update " + "x" * 200},
         {"created_by": "/bin/sh -c #(nop) COPY dir:123 in /opt/trainbox/trainbox/ "},
+        {"created_by": "/bin/bash -euo pipefail -c #(nop) COPY file:9 in /etc/trainbox/ "},
     ]
     names = imagediff.step_names({"history": history})
     assert names[0] == "ADD file:abc in /" and names[2] == "COPY dir:123 in /opt/trainbox/trainbox/"
+    assert names[3] == "COPY file:9 in /etc/trainbox/"  # after SHELL, the builder records the shell too
     assert names[1].startswith("RUN apt-get update xxx") and names[1].endswith("...") and len(names[1]) == imagediff.STEP_WIDTH

@@ -33,7 +33,7 @@ from trainbox.container import layers
 #: Per layer, at most this many differing paths are listed; the rest are counted.
 MAX_PATHS = 40
 #: A step's command is shown up to this many characters.
-STEP_WIDTH = 90
+STEP_WIDTH = 120
 READ_BUFFER = 1 << 20
 #: Config fields compared one by one; the rest of the config is compared as a whole.
 CONFIG_FIELDS = ("architecture", "os", "created", "author", "docker_version", "container")
@@ -149,10 +149,14 @@ def step_names(config: Dict[str, Any]) -> List[str]:
     names = []
     for step in config.get("history", []):
         if not step.get("empty_layer"):
-            command = step.get("created_by", "").replace("/bin/sh -c #(nop) ", "").strip()
+            command = step.get("created_by", "")
             for shell in ("/bin/bash -euo pipefail -c ", "/bin/sh -c "):
                 if shell in command:
-                    command = "RUN " + command.split(shell, 1)[1]
+                    command = command.split(shell, 1)[1]
+                    # The classic builder records COPY, ADD, ENV... as '<shell> #(nop) COPY ...', a RUN as '<shell> CMD'.
+                    command = command[len("#(nop) ") :] if command.startswith("#(nop) ") else "RUN " + command
+                    break
+            command = command.strip()
             names.append(command if len(command) <= STEP_WIDTH else command[: STEP_WIDTH - 3] + "...")
     return names
 

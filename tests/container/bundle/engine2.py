@@ -97,4 +97,14 @@ class SecondEngine:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        self.unmount_left_behind()
         shutil.rmtree(self.base)
+
+    def unmount_left_behind(self) -> None:
+        """Unmount what dockerd left mounted under its directories: a build with the host network binds the host's
+        network namespace at exec/netns/default and a stopped dockerd leaves it there (rmtree: 'Device or resource
+        busy'). Deepest first."""
+        prefix = str(self.base) + "/"
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+            subprocess.run(["umount", mount], check=False)
