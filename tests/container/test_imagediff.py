@@ -88,3 +88,21 @@ def test_steps_are_named_by_their_dockerfile_instruction() -> None:
     assert names[0] == "ADD file:abc in /" and names[2] == "COPY dir:123 in /opt/trainbox/trainbox/"
     assert names[3] == "COPY file:9 in /etc/trainbox/"  # after SHELL, the builder records the shell too
     assert names[1].startswith("RUN apt-get update xxx") and names[1].endswith("...") and len(names[1]) == imagediff.STEP_WIDTH
+
+
+def status(*packages: str) -> bytes:
+    """dpkg's status database listing ``name=version`` packages."""
+    pairs = (package.split("=") for package in packages)
+    return "".join(f"Package: {name}\nStatus: install ok installed\nVersion: {version}\n\n" for name, version in pairs).encode()
+
+
+def test_packages_apt_installed_in_another_version_are_named_before_the_files() -> None:
+    here = [Item("var/lib/dpkg/status", status("libc6=2.31-13+deb11u11", "tini=0.19.0-1", "gone=1"))]
+    there = [Item("var/lib/dpkg/status", status("libc6=2.31-13+deb11u13", "tini=0.19.0-1", "new=2"))]
+    lines = differences(here, there)
+    assert lines[:3] == [
+        "package gone 1: only here",
+        "package libc6: 2.31-13+deb11u11 here, 2.31-13+deb11u13 in the rebuild",
+        "package new 2: only in the rebuild",
+    ]
+    assert lines[3].startswith("/var/lib/dpkg/status: content differs")

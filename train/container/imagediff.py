@@ -8,9 +8,10 @@ the sha256 of its config, and the config lists every layer's sha256
 - the config: its settings (environment, labels, entry point, user), the
   steps' commands and times; each differing field is named with both values;
 - a layer: only layers whose sha256 differ are read, and each is named by the
-  Dockerfile step that made it; then every path that is in one layer only, or
-  whose content, type, mode, owner, time, link target or extended attributes
-  differ. Two layers with the same entries that still differ were written in
+  Dockerfile step that made it; then, when dpkg's database differs (a
+  distribution update between two builds, the likeliest cause), each package
+  whose version differs; then every path that is in one layer only, or whose
+  content, type, mode, owner, time, link target or extended attributes differ. Two layers with the same entries that still differ were written in
   another order or another tar dialect, which is said too.
 
 The file contents are compared by sha256; for what changed inside a file, run
@@ -35,6 +36,8 @@ MAX_PATHS = 40
 #: A step's command is shown up to this many characters.
 STEP_WIDTH = 120
 READ_BUFFER = 1 << 20
+#: dpkg's database: when it differs, the packages whose version differs are named first.
+DPKG_STATUS = "/var/lib/dpkg/status"
 #: Config fields compared one by one; the rest of the config is compared as a whole.
 CONFIG_FIELDS = ("architecture", "os", "created", "author", "docker_version", "container")
 TAR_KINDS = {
@@ -72,20 +75,33 @@ class Image:
     layers: Sequence[Any]  # callables returning a readable binary stream, one per diff_id
 
 
-def entries(layer: IO[bytes]) -> Tuple[Dict[str, Entry], List[str]]:
+@dataclass
+class Listing:
+    """A layer's paths, the order they came in and, when the layer holds dpkg's database, the packages in it."""
+
+    entries: Dict[str, Entry]
+    order: List[str]
+    packages: Dict[str, str]
+
+
+def entries(layer: IO[bytes]) -> Listing:
     """Every path of a layer tar (``/``-rooted) with what makes it, and the order they came in."""
-    found: Dict[str, Entry] = {}
-    order: List[str] = []
+    listing = Listing({}, [], {})
     with tarfile.open(fileobj=layer, mode="r|") as tar:
         for member in tar:
-            digest = hashlib.sha256()
-            source = tar.extractfile(member) if member.isreg() else None
-            for chunk in iter(functools.partial(source.read, READ_BUFFER), b"") if source else ():
-                digest.update(chunk)
             name = member.name[2:] if member.name.startswith("./") else member.name
             path = "/" + name.strip("/")
+            digest = hashlib.sha256()
+            source = tar.extractfile(member) if member.isreg() else None
+            kept = bytearray() if path == DPKG_STATUS else None
+            for chunk in iter(functools.partial(source.read, READ_BUFFER), b"") if source else ():
+                digest.update(chunk)
+                if kept is not None:
+                    kept += chunk
+            if kept is not None:
+                listing.packages = packages(kept.decode(errors="replace"))
             xattrs = tuple(sorted((k, v) for k, v in member.pax_headers.items() if k.startswith("SCHILY.xattr.")))
-            found[path] = Entry(
+            listing.entries[path] = Entry(
                 kind=TAR_KINDS.get(member.type, f"tar type {member.type!r}"),
                 mode=member.mode,
                 owner=(member.uid, member.gid),
@@ -95,8 +111,31 @@ def entries(layer: IO[bytes]) -> Tuple[Dict[str, Entry], List[str]]:
                 link=member.linkname,
                 xattrs=xattrs,
             )
-            order.append(path)
-    return found, order
+            listing.order.append(path)
+    return listing
+
+
+def packages(status: str) -> Dict[str, str]:
+    """``package -> version`` from dpkg's status database (one paragraph per package)."""
+    found = {}
+    for paragraph in status.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in paragraph.splitlines() if ": " in line and not line.startswith(" "))
+        if "Package" in fields and "Version" in fields:
+            found[fields["Package"]] = fields["Version"]
+    return found
+
+
+def package_differences(a: Dict[str, str], b: Dict[str, str]) -> List[str]:
+    """What apt installed differently: the first thing to read when a distribution update moved a package."""
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            lines.append(f"package {name} {a[name]}: only here")
+        elif name not in a:
+            lines.append(f"package {name} {b[name]}: only in the rebuild")
+        elif a[name] != b[name]:
+            lines.append(f"package {name}: {a[name]} here, {b[name]} in the rebuild")
+    return lines
 
 
 def when(epoch: int) -> str:
@@ -124,8 +163,10 @@ def entry_differences(a: Entry, b: Entry) -> List[str]:
 
 
 def layer_differences(here: IO[bytes], rebuilt: IO[bytes]) -> List[str]:
-    """One line per path that differs between two layer tars (at most :data:`MAX_PATHS`, then a count)."""
-    (a, order_a), (b, order_b) = entries(here), entries(rebuilt)
+    """Packages whose version differs, then one line per path that differs between two layer tars (at most
+    :data:`MAX_PATHS` paths, then a count)."""
+    one, two = entries(here), entries(rebuilt)
+    a, b = one.entries, two.entries
     lines: List[str] = []
     for path in sorted(set(a) | set(b)):
         if path not in b:
@@ -137,11 +178,10 @@ def layer_differences(here: IO[bytes], rebuilt: IO[bytes]) -> List[str]:
             if said:
                 lines.append(f"{path}: " + "; ".join(said))
     if not lines:
-        same_order = order_a == order_b
-        return ["same files, stored in another order" if not same_order else "same files, written as a different tar"]
+        return ["same files, stored in another order" if one.order != two.order else "same files, written as a different tar"]
     if len(lines) > MAX_PATHS:
         lines = [*lines[:MAX_PATHS], f"... and {len(lines) - MAX_PATHS} more paths"]
-    return lines
+    return package_differences(one.packages, two.packages) + lines
 
 
 def step_names(config: Dict[str, Any]) -> List[str]:
