@@ -11,7 +11,8 @@ the sha256 of its config, and the config lists every layer's sha256
   Dockerfile step that made it; then, when dpkg's database differs (a
   distribution update between two builds, the likeliest cause), each package
   whose version differs; then every path that is in one layer only, or whose
-  content, type, mode, owner, time, link target or extended attributes differ. Two layers with the same entries that still differ were written in
+  content, type, mode, owner, time, link target or extended attributes
+  differ. Two layers with the same entries that still differ were written in
   another order or another tar dialect, which is said too.
 
 The file contents are compared by sha256; for what changed inside a file, run
