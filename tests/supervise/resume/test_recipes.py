@@ -14,6 +14,7 @@ from trainbox.supervise.resume.recipes import glob_escape, option, recognise, wi
 @pytest.fixture(autouse=True)
 def _no_ultralytics_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "no-config"))
+    monkeypatch.chdir(tmp_path)  # no git checkout around it either
 
 
 def test_yolo_train_resumes_its_own_last_pt_not_whatever_a_search_finds() -> None:
@@ -48,6 +49,11 @@ def test_yolo_s_project_and_name_and_its_runs_folder_say_where_last_pt_is(
     )
     absolute = recognise(["yolo", "train", "project=/abs/p"])
     assert absolute is not None and absolute.globs == ("/abs/p/train*/weights/last.pt",)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    in_checkout = recognise(["yolo", "train"])
+    assert in_checkout is not None and f"{tmp_path}/runs/*/train*/weights/last.pt" in in_checkout.globs
 
 
 def test_a_trainer_script_resumes_from_its_newest_checkpoint_folder() -> None:

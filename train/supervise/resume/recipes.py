@@ -10,7 +10,8 @@ What is recognised, from the command alone (and, for a Python script, its own te
 :data:`MAX_SCRIPT_BYTES`):
 
 * **yolo**: ``yolo [TASK] train ...`` (or ``ultralytics``). Its ``last.pt`` is ``<project>/<name>*/weights/last.pt``
-  under Ultralytics' runs folder (``runs_dir`` of its settings file, else ``runs/`` here), any task. The restart
+  under Ultralytics' runs folder (``runs_dir`` of its settings file, else ``runs/`` at the top of the git checkout
+  or here), any task. The restart
   adds ``resume=True model=<last.pt>``: with a path, Ultralytics resumes that file, where a bare ``resume=True``
   would search the whole working directory.
 * **hf**: a command with ``--output_dir DIR`` (a ``Trainer`` script). Its checkpoints are ``DIR/checkpoint-N``,
@@ -133,8 +134,17 @@ def _is_yolo_train(argv: Sequence[str]) -> bool:
     return bool(argv) and Path(argv[0]).name in ("yolo", "ultralytics") and "train" in argv[1:3]
 
 
+def _git_root(start: Path) -> Optional[Path]:
+    """The git checkout ``start`` is in (Ultralytics puts its runs folder at its top on a first run there)."""
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
 def _yolo_runs_dirs() -> List[str]:
-    """Ultralytics' runs folder from its settings file, then ``runs`` here (its default in a fresh place)."""
+    """Ultralytics' runs folder from its settings file, then where a first run puts it: the top of the git checkout
+    here, else ``runs`` here (the settings file is written by that first run, after trainbox has looked)."""
     config = os.environ.get("YOLO_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "Ultralytics")
     found: List[str] = []
     try:
@@ -144,7 +154,8 @@ def _yolo_runs_dirs() -> List[str]:
     runs = settings.get("runs_dir") if isinstance(settings, dict) else None
     if isinstance(runs, str) and runs:
         found.append(runs)
-    return found + ["runs"]
+    root = _git_root(Path.cwd().absolute())
+    return found + ([str(root / "runs")] if root is not None else []) + ["runs"]
 
 
 def _yolo_globs(argv: Sequence[str]) -> Tuple[str, ...]:
