@@ -273,6 +273,13 @@ def test_recorded_output_advances_through_its_places(name: str) -> None:
     assert set(RECORDED[name]) <= set(seen), f"{name}: missing {set(RECORDED[name]) - set(seen)}"
 
 
+def test_a_recorded_trainers_evaluation_bar_is_a_phase_inside_its_training_step() -> None:
+    beats = recorded("hf_trainer")
+    mid_run = [b for b in beats if b["counter"] == "tqdm::2" and "side_step" in b]  # the evaluation after epoch 1
+    assert mid_run and {(b["step"], b["side_total"]) for b in mid_run} == {(8, 2)}, mid_run
+    assert not any(b["pattern"] == "hf-log" for b in beats), "its log dicts' epoch fractions are kept apart"
+
+
 def test_recorded_output_is_what_a_terminal_gets() -> None:
     for name in RECORDED:
         raw = (FIXTURES / f"{name}.raw").read_bytes()
