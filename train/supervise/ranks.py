@@ -51,7 +51,7 @@ from trainbox import heartbeat
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.records import Schema, exit_code, files_of, rank_files, read_beat, read_record, text
 from trainbox.rundir.safe import Refusal, names
-from trainbox.supervise.stalls.budgets import Budget, BudgetPolicy
+from trainbox.supervise.stalls.budgets import Budget, BudgetPolicy, counting
 
 #: Where torchrun (torch.distributed.elastic) writes the first failed rank's error, when its entry point is ``@record``.
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
@@ -76,6 +76,8 @@ class Track:
     key: Optional[str] = None
     beat: Optional[Dict[str, Any]] = None
     pid: Any = None
+    #: Whether ``beat`` moved a counter that is still counting (a learned budget judges only the silence after one).
+    counting: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,21 +216,25 @@ class JobBeats:
 
     def _take(self, track: Track, record: Dict[str, Any], now: float) -> Progress:
         """``record`` is ``track``'s progress at ``now``: the silence it ended teaches the policy its rhythm."""
-        progress = Progress(record, track.beat, now - track.progress, self.policy.current(track.beat))
-        self.policy.observe(track.beat, progress.silent_s)
+        progress = Progress(record, track.beat, now - track.progress, self._budget(track))
+        self.policy.observe(track.beat, progress.silent_s, record)
+        track.counting = counting(track.beat, record)
         track.key, track.beat, track.pid, track.progress = heartbeat.progress_key(record), record, record.get("pid"), now
         return progress
+
+    def _budget(self, track: Track) -> Budget:
+        return self.policy.current(track.beat, track.counting)
 
     def standings(self, now: float) -> List[Standing]:
         """Every rank this node runs (without torchrun: the one process), each with its budget and silence."""
         if not self.torchrun:
-            return [Standing(None, self.policy.current(self.single.beat), now - self.single.progress, self.single.beat)]
+            return [Standing(None, self._budget(self.single), now - self.single.progress, self.single.beat)]
         first, count = self.node or (0, 0)
         standings = []
         for rank in sorted(set(self.ranks) | set(range(first, first + count))):
             track = self.ranks.get(rank)
             if track is not None:
-                standings.append(Standing(rank, self.policy.current(track.beat), now - track.progress, track.beat))
+                standings.append(Standing(rank, self._budget(track), now - track.progress, track.beat))
             elif not (rank in self.ended and self.ranks):  # an ended rank counts only while the node restarts
                 standings.append(Standing(rank, self.policy.current(None), now - self.waiting_since, None))
         return standings

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainbox.supervise.stalls.budgets import MAX_DECLARED_S, Budget, BudgetPolicy, rounded_up
+from trainbox.supervise.stalls.budgets import MAX_DECLARED_S, Budget, BudgetPolicy, counting, rounded_up
 
 
 def policy() -> BudgetPolicy:
@@ -40,3 +40,67 @@ def test_no_beat_yet_is_the_startup_budget() -> None:
 def test_a_silence_past_its_bound_is_recorded_past_it(seconds: float, places: int, recorded: float) -> None:
     """2.0004 s past a 2 s budget reads 2.001, not 2.0; a value already on the step stays, float noise (4.03) included."""
     assert rounded_up(seconds, places) == recorded
+
+
+def _bar(step: int, total: int = 40, **more: object) -> dict:
+    return {"phase": "train", "step": step, "steps": total, "pattern": "tqdm", **more}
+
+
+def _learn(policy: BudgetPolicy, intervals: list, total: int = 40) -> None:
+    for step, silent in enumerate(intervals):
+        policy.observe(_bar(step, total), silent, _bar(step + 1, total))
+
+
+def test_a_learned_budget_judges_only_a_counter_still_counting() -> None:
+    """Mid-bar: learned. After the bar's last step, the first reading of a new bar, a new phase or a new epoch, a beat
+    with no counter: the plain budget (the silence there is an evaluation, a save, a re-scan)."""
+    learned = policy()
+    _learn(learned, [1.0] * 25)
+    assert counting(_bar(20), _bar(21)) and learned.current(_bar(21), counting=True) == Budget("learned:train", 60.0)
+    assert not counting(_bar(39), _bar(40)), "the bar reached its total"
+    assert not counting(_bar(40), _bar(0)), "a new bar (the count starts again)"
+    assert not counting(_bar(5), _bar(1, 10)), "another bar (another total)"
+    assert not counting(_bar(5), _bar(6, phase="val")), "a new phase"
+    assert not counting({"epoch": 1, "batch": 9, "batches": 9}, {"epoch": 2, "batch": 1, "batches": 9})
+    assert counting({"epoch": 2, "batch": 1, "batches": 9}, {"epoch": 2, "batch": 2, "batches": 9})
+    assert not counting({"phase": "train"}, {"phase": "train", "loss": 0.1}), "no counter"
+    assert counting({"step": 7}, {"step": 8}), "a counter with no total counts until another one shows"
+
+
+def test_only_steps_of_one_counter_are_learned() -> None:
+    """The gap from one bar's end to the next bar's first step (90 s of evaluation) is no step of a bar."""
+    learned = policy()
+    _learn(learned, [1.0] * 19)
+    learned.observe(_bar(40), 90.0, _bar(0))
+    learned.observe(_bar(40), 90.0, _bar(1, phase="val"))
+    assert learned.rhythm["train"].samples == 19 and learned.rhythm["train"].longest_s == 1.0
+
+
+@pytest.mark.parametrize(
+    "intervals, expected",
+    [
+        ([2.0] * 4, None),  # too few to learn from
+        ([2.0] * 5, 60.0),  # steady: learned at 5 (3 x 2 s x 20/5 = 24 s: the floor)
+        ([10.0] * 5, 120.0),  # steps 10 s apart: the margin x4 at 5 of 20 intervals (3 x 10 x 20/5)
+        ([10.0] * 10, 60.0),  # ... x2 at 10 of 20 (3 x 10 x 2)
+        ([30.0] * 5, None),  # 3 x 30 x 4 = 360 s: not below the 300 s stall budget, so not in force
+        ([0.5, 0.5, 0.5, 0.5, 9.0], None),  # not steady: the full count is awaited
+        ([9.0] * 4 + [0.5] * 16, 60.0),  # the full count: learned as before, whatever the steadiness
+    ],
+)
+def test_a_steady_counter_is_learned_sooner(intervals: list, expected: object) -> None:
+    learned = policy()
+    _learn(learned, intervals)
+    assert learned.learned().get("train") == expected
+
+
+def test_a_bar_nested_in_the_main_one_counts_on_its_own() -> None:
+    """A save's or an evaluation's bar inside the training bar (its beats keep the main place, ``side_step`` apart):
+    its own steps are a counter; its last one, and the main bar's next step after it, are not steps of one counter."""
+    main = {"phase": "train", "step": 50, "steps": 100, "pattern": "tqdm", "counter": "tqdm::100"}
+    save = dict(main, side_step=0, side_total=1, counter="tqdm:Writing model shards:1")
+    saved = dict(save, side_step=1)
+    evaluating = dict(main, phase="val", side_step=3, side_total=10, counter="tqdm::10")
+    assert not counting(main, save) and not counting(save, saved), "a new bar; then a bar at its total"
+    assert not counting(saved, dict(main, step=51)), "back to the main bar: its first reading after the save"
+    assert counting(evaluating, dict(evaluating, side_step=4)) and not counting(evaluating, dict(evaluating, side_step=10))

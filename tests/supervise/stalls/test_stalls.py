@@ -5,6 +5,7 @@ tests/supervise/stalls/test_silence.py; the classifier on recorded evidence, tes
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,39 @@ def test_observe_mode_reports_once_and_kills_nothing(tmp_path: Path) -> None:
     assert "sigkilled" not in stall
     assert len(list((tmp_path / "incidents").iterdir())) == 1, "one report for one silence"
     assert result.of("exit")[0]["restarts"] == 0
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+#: A learned budget of a few seconds (min 5 intervals, floor 1 s) and a plain one that outlasts the evaluation.
+LEARN_FAST = ["--startup-timeout", "30", "--stall-timeout", "25", "--idle-timeout", "10", "--learned-min-samples", "5"]
+LEARN_FAST += ["--learned-floor", "1", "--max-restarts", "1"]
+
+
+def supervise_program(run_dir: Path, args: List[str], options: List[str], fault: str = "") -> Finished:
+    """``trainbox supervise`` of a fixture program that never heard of trainbox; ``fault`` through the output site."""
+    paths = [str(FIXTURES / "uninstrumented"), os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(path for path in paths if path), "TRAIN_FAULT": fault}
+    command = [sys.executable, str(FIXTURES / "output" / "programs" / "silent_eval.py"), *args]
+    result = train_cli(["supervise", "--run-dir", str(run_dir), *options, *QUICK, "--", *command], run_dir, env)
+    assert not survivors(run_dir), f"processes outlived the supervisor: {survivors(run_dir)}"
+    return result
+
+
+def test_a_silent_busy_evaluation_after_a_finished_bar_is_not_killed_by_the_learned_budget(tmp_path: Path) -> None:
+    """40 steps 0.25 s apart learn a budget of a few seconds; 8 s of silent, busy evaluation follow the bar's last
+    step. The bar has finished, so the plain 25 s budget judges that silence, and the second epoch runs: no stall."""
+    args = ["--epochs", "2", "--steps", "40", "--delay", "0.25", "--eval-s", "8"]
+    result = supervise_program(tmp_path, args, LEARN_FAST)
+    assert result.code == ExitCode.OK, result.stderr
+    assert result.kinds() == ["start", "exit"], [(s["budget"], s["budget_s"], s["silent_s"]) for s in result.of("stall")]
+    assert "done" in (tmp_path / "logs" / "attempt-0.log").read_text()
+
+
+def test_a_spin_in_the_middle_of_a_bar_is_still_found_by_the_learned_budget(tmp_path: Path) -> None:
+    # each tqdm draw starts with \r: once step 24 is drawn 25 line ends are written, and the next draw spins
+    args = ["--epochs", "1", "--steps", "40", "--delay", "0.25", "--eval-s", "0"]
+    result = supervise_program(tmp_path, args, LEARN_FAST, fault="spin@output,attempt=0,lines>=25")
+    assert result.code == ExitCode.OK, result.stderr
+    stall = result.of("stall")[0]
+    assert stall["budget"] == "learned:" and stall["budget_s"] < 25 and stall["silent_s"] < 25, stall
+    assert stall["cause"] == "busy_python" and stall["last_beat"]["step"] == 24

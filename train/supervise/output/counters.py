@@ -98,9 +98,12 @@ class Reading:
 
 
 def beat_of(reading: Reading) -> Dict[str, Any]:
-    """A reading as a heartbeat carries it: ``phase``, ``epoch``, ``batch``, ``step`` (the totals beside), ``pattern``."""
+    """A reading as a heartbeat carries it: ``phase``, ``epoch``, ``batch``, ``step`` (the totals beside: ``epochs``,
+    ``batches``, ``steps``), ``pattern``."""
     fields = ("phase", "epoch", "epochs", "batch", "batches", "step")
     beat: Dict[str, Any] = {name: getattr(reading, name) for name in fields if getattr(reading, name) is not None}
+    if reading.step is not None and reading.batch is None and reading.total is not None:
+        beat["steps"] = reading.total  # a learned budget judges no silence after a bar's last step
     beat["pattern"] = reading.pattern
     return beat
 
