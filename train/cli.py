@@ -30,7 +30,7 @@ from trainbox.supervise.settings import add_arguments as add_supervisor_argument
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
 from trainbox.view import metrics as run_metrics
 from trainbox.view import status as run_status
-from trainbox.yolo import kernels
+from trainbox.yolo import kernels, offline
 from trainbox.yolo.demo_data import DEMO_IMAGES, DEMO_TRAIN_ARGS
 
 #: Where every route keeps its runs: runs/<command>-<time> (supervise, run, demo), runs/<profile>-<time> (invoke train),
@@ -216,6 +216,9 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     resumer = Resumer(settings, args.run_dir, 0.0)
     for problem in filter(None, map(resumer.problem, planner.launches())):
         raise UserError(problem)
+    offline_advice = offline.advice(command, os.environ)
+    if offline_advice is not None:
+        errors.say(offline_advice)
     return Supervisor(_spec(args, planner, settings)).run()
 
 

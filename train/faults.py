@@ -126,6 +126,34 @@ def hang_waiting_on_forked_worker() -> None:
     os.waitpid(pid, 0)
 
 
+def hang_on_stopped_worker() -> None:
+    """Fork a worker that stops itself (SIGSTOP: a debugger, a job-control stop, a ``kill -STOP``) and wait for it."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.kill(os.getpid(), signal.SIGSTOP)
+            hang_forked_worker()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def hold_the_gil_in_c() -> None:
+    """Call C's ``sleep`` through ``ctypes.PyDLL``, which keeps the GIL (a deadlock inside an extension)."""
+    import ctypes
+
+    ctypes.PyDLL(None).sleep(100000)
+
+
+def hang_holding_the_gil() -> None:
+    """A thread calls C while holding the GIL (:func:`hold_the_gil_in_c`), and the main thread, which needs the GIL
+    for its next bytecode, waits for it for good."""
+    holder = threading.Thread(target=hold_the_gil_in_c, name="gil-holder", daemon=True)
+    holder.start()
+    while True:  # the main thread's next turn never comes
+        time.sleep(0.01)
+
+
 def hang_in_wait() -> None:
     """Wait for a child that never exits: the supervisor's ``wait()`` on a trainer stuck in the GPU driver.
 
@@ -291,6 +319,8 @@ KINDS: Dict[str, Callable[[], None]] = {
     "lock": hang_lock_deadlock,
     "spin": hang_spin,
     "fork": hang_waiting_on_forked_worker,
+    "stopped": hang_on_stopped_worker,
+    "gil": hang_holding_the_gil,
     "wait": hang_in_wait,
     "ignore-sigterm": hang_ignoring_sigterm,
     "setsid": hang_with_setsid_grandchild,

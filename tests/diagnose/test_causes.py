@@ -49,6 +49,30 @@ def test_lock_deadlock_is_idle(tree: Tree) -> None:  # noqa: F811
     assert diagnosis.to_dict() == {"cause": "idle", "evidence": list(diagnosis.evidence)}
 
 
+def test_a_stopped_worker_is_stopped_and_the_waiting_main_thread_told_apart(tree: Tree) -> None:  # noqa: F811
+    child = tree.python("import trainbox.faults as f; f.hang_on_stopped_worker()")
+    wait_for_children(child.pid, 1)
+    window = watch(child.pid, 3)
+    (worker,) = [p.pid for p in window.last.procs if p.ppid == child.pid]  # type: ignore[union-attr]
+    diagnosis = classify(window, stacks_of([child.pid, worker]), child.pid)
+    assert diagnosis.cause is Cause.STOPPED, diagnosis
+    assert diagnosis.evidence[0].startswith(f"pid {worker} (python") and "stopped (state T" in diagnosis.evidence[0]
+    assert diagnosis.evidence[-1].endswith("faults.py:hang_on_stopped_worker (not stopped)"), diagnosis.evidence
+
+
+def test_a_thread_holding_the_gil_in_c_is_gil_held_and_named_first(tree: Tree) -> None:  # noqa: F811
+    child = tree.python("import trainbox.faults as f; print('ready', flush=True); f.hang_holding_the_gil()")
+    wait_for_line(child, "ready")
+    window = watch(child.pid, 3)
+    stacks = stacks_of([child.pid])
+    assert "(idle+gil)" in stacks[child.pid], stacks
+    diagnosis = classify(window, stacks, child.pid)
+    assert diagnosis.cause is Cause.GIL_HELD, diagnosis
+    assert "(gil-holder) holds the GIL off the CPU" in diagnosis.evidence[0]
+    assert "hold_the_gil_in_c" in diagnosis.evidence[0].split(" in ", 1)[1], "the holder's own frames first"
+    assert "the main thread in" in diagnosis.evidence[1], diagnosis.evidence
+
+
 HANGING_LOADER = """
 import torch
 from torch.utils.data import DataLoader, Dataset

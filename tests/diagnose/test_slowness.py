@@ -272,3 +272,22 @@ _CONDITIONS = st.builds(
 def test_any_readings_give_one_suspect_with_evidence(before: Conditions, now: Conditions) -> None:
     found = explain(before, now)
     assert found.suspect in SUSPECTS and found.evidence and all(isinstance(line, str) for line in found.evidence)
+
+
+def test_on_a_machine_already_busy_the_three_biggest_rises_are_named() -> None:
+    """Three hogs started beside work that was already running get under half a core each (none rose by a quarter
+    of a core): still, the processes whose CPU rose most are named, the biggest first, and not the ones that fell or
+    barely moved."""
+    busy = (OutsideProcess(700, "make", 60.0), OutsideProcess(701, "cc1", 48.0), OutsideProcess(812, "sshd", 2.0))
+    before = pressure(outside=busy, outside_cpu_pct=110.0, tree_wait_pct=11.0)
+    hogs = (OutsideProcess(5001, "python", 24.0), OutsideProcess(5002, "python", 25.0), OutsideProcess(5003, "python", 23.0))
+    now_outside = (OutsideProcess(700, "make", 30.0), OutsideProcess(701, "cc1", 25.0), OutsideProcess(812, "sshd", 3.0))
+    now = pressure(outside=hogs + now_outside, outside_cpu_pct=130.0, tree_wait_pct=30.0)
+    found = explain(Conditions(before), Conditions(now))
+    assert found.suspect == "contention"
+    assert found.evidence[:4] == (
+        "pid 5002 (python) outside the run: 25 % CPU (baseline 0 %)",
+        "pid 5001 (python) outside the run: 24 % CPU (baseline 0 %)",
+        "pid 5003 (python) outside the run: 23 % CPU (baseline 0 %)",
+        "the run waited for a CPU 30 % of the time (baseline 11 %)",
+    )

@@ -1,14 +1,20 @@
-"""The process tree leaves out what is the supervisor's own: the notifiers it runs while an attempt trains."""
+"""The process tree leaves out what is the supervisor's own (the notifiers it runs while an attempt trains), and a
+stopped process is woken to act on its SIGTERM."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+
+import psutil
 
 from tests.supervised import REPO
+from trainbox.system import proctree
 
 #: Run as its own process: a child subreaper, like the supervisor, whose later children a tree adopts.
 PROGRAM = textwrap.dedent(
@@ -49,3 +55,24 @@ def test_a_notifier_in_flight_is_not_part_of_the_training_tree() -> None:
     found = json.loads(done.stdout)
     assert found["seeing"] == [found["root"]]
     assert set(found["notifier"]) <= set(found["blind"]), "without the notifier's groups the tree would adopt it"
+
+
+def test_a_stopped_process_is_continued_after_sigterm_and_ends_well_within_the_grace() -> None:
+    """A SIGSTOPped child keeps SIGTERM pending: it is sent SIGCONT right after, and ends on the SIGTERM in a moment,
+    not at the SIGKILL after the whole grace."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        tree = proctree.ProcessTree(child.pid)
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        result = tree.terminate(grace=20)
+        took = time.monotonic() - started
+    finally:
+        child.kill()
+        child.wait()
+    assert result["continued"] == [child.pid] and result["terminated"] == [child.pid] and result["killed"] == []
+    assert took < 5, f"{took:.1f} s: the grace (20 s) was spent on a process that could not act"
+    assert child.returncode == -signal.SIGTERM

@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.supervised import REPO
+import pytest
+
+from tests.supervised import REPO, train_cli
 from tests.yolo.conftest import run_child
+from trainbox.yolo.offline import advice
 
 GUARD_IN_MAIN = """
 import socket, sys
@@ -104,3 +107,34 @@ def test_full_run_never_reaches_for_the_network(tmp_path: Path, demo_data: Path)
     assert settings["sync"] is False
     assert "Using 2 dataloader workers" in done.output
     assert (run_dir / "train" / "labels.jpg").is_file()  # plots ran, with the local font
+
+
+@pytest.mark.parametrize(
+    "argv, env, said",
+    [
+        (["yolo", "train", "model=yolov8n.yaml"], {}, True),
+        (["/opt/venv/bin/yolo", "val"], {"HOME": "/root"}, True),
+        (["yolo", "train"], {"YOLO_OFFLINE": "1"}, False),  # already offline: nothing to say
+        (["python", "train.py"], {}, False),
+        ([], {}, False),
+    ],
+)
+def test_offline_advice_is_for_yolo_commands_only(argv: list, env: dict, said: bool) -> None:
+    line = advice(argv, env)
+    assert (line is not None) == said
+    assert line is None or ("YOLO_OFFLINE=1" in line and "Arial.ttf" in line and "trainbox run" in line)
+
+
+def test_a_supervised_yolo_command_is_told_once_how_to_stay_offline(tmp_path: Path) -> None:
+    """A program called ``yolo`` (here a two-line stand-in: the line is about the command's name) under ``supervise``."""
+    yolo = tmp_path / "bin" / "yolo"
+    yolo.parent.mkdir()
+    yolo.write_text("#!/bin/sh\necho step 1\n")
+    yolo.chmod(0o755)
+    args = ["supervise", "--run-dir", str(tmp_path / "run"), "--quiet", "--", str(yolo), "train"]
+    told = train_cli(args, tmp_path / "run", {"YOLO_OFFLINE": ""})  # the session's offline environment (conftest) unset
+    assert told.code == 0, told.stderr
+    assert told.stderr.count("an Ultralytics command: it may reach the network") == 1, told.stderr
+    offline = train_cli(["supervise", "--run-dir", str(tmp_path / "again"), "--quiet", "--", str(yolo), "train"],
+                        tmp_path / "again", {"YOLO_OFFLINE": "1"})  # fmt: skip
+    assert offline.code == 0 and "Ultralytics" not in offline.stderr, offline.stderr

@@ -4,32 +4,38 @@
 (what the tree did while silent), the stacks the incident collected (py-spy dump
 text or a faulthandler dump, :func:`trainbox.diagnose.incident.collect_stacks`) and the
 kernel's GPU messages (:func:`trainbox.system.gpu_state.read`). The one thing it reads
-itself is a stack frame's source line, where the file is at hand (rule 6). The
+itself is a stack frame's source line, where the file is at hand (rule 8). The
 rules, first match wins:
 
 1. ``kernel_compile``: a compile is making progress now (a compiler process using
    CPU, a kernel cache growing: :meth:`Window.compile_progress`).
-2. ``gpu_wait``: GPU reset/ring-timeout/Xid messages in the kernel log, or a thread in
+2. ``stopped``: a process of the tree is stopped (state T, in most of the last samples: a SIGSTOP, a debugger,
+   the shell's job control). Nothing it waits for can come; the evidence names the stopped processes apart from
+   the ones that only wait for them (a main thread in a DataLoader's queue is then no loader deadlock).
+3. ``gpu_wait``: GPU reset/ring-timeout/Xid messages in the kernel log, or a thread in
    D state inside the GPU driver.
-3. ``io_wait``: a thread in D state elsewhere (the block layer, a network filesystem).
-4. ``kernel_compile``: the main thread in a known compile frame (Inductor, Triton, Dynamo's
+4. ``io_wait``: a thread in D state elsewhere (the block layer, a network filesystem).
+5. ``gil_held``: a thread holds the GIL while off the CPU (py-spy's ``owns_gil`` on a thread that is not active:
+   a C call that never released it, a deadlock inside an extension), in a process that does not compute; every
+   other thread of it waits for the GIL wherever it was. The evidence names the holder and its top frames first.
+6. ``kernel_compile``: the main thread in a known compile frame (Inductor, Triton, Dynamo's
    frame conversion, a C++ extension build, MIOpen).
-5. ``loader_deadlock``: the main thread waits on a DataLoader (torch's ``_try_get_data``,
+7. ``loader_deadlock``: the main thread waits on a DataLoader (torch's ``_try_get_data``,
    a queue get or connection poll under ``dataloader.py``, an Ultralytics loader frame) while
    it and its workers neither compute nor read.
-6. ``gpu_wait``: the main thread in a device synchronise or copy (``torch.cuda.synchronize``,
+8. ``gpu_wait``: the main thread in a device synchronise or copy (``torch.cuda.synchronize``,
    a source line calling ``.item()``/``.cpu()``/``.to(``, a function named like ``copy_to_device``)
    without the GIL (CUDA's default synchronise spins a core, so CPU does not decide it).
-7. ``busy_python`` / ``busy_native``: a process wants over :data:`BUSY_CORES` (CPU used and waited for, or a
+9. ``busy_python`` / ``busy_native``: a process wants over :data:`BUSY_CORES` (CPU used and waited for, or a
    thread runnable at every sample: :meth:`trainbox.diagnose.window.Window.demand_cores`); py-spy's
    ``+gil`` (or a top frame outside torch/numpy) says Python, else native code.
-8. ``io_wait``: a thread reading (dataset frames: PIL, Ultralytics' ``load_image``, ``read``)
+10. ``io_wait``: a thread reading (dataset frames: PIL, Ultralytics' ``load_image``, ``read``)
    in a process whose reads still trickle in.
-9. ``gpu_wait``: the tree is idle but holds GPU memory on a GPU at full utilisation in every
+11. ``gpu_wait``: the tree is idle but holds GPU memory on a GPU at full utilisation in every
    reading (nvidia-smi/rocm-smi): a kernel that does not end. In a container, where the tools' pids are the
    host's, the GPU's used memory stands in for the tree's (:mod:`trainbox.system.gpu_memory`).
-10. ``idle``: the whole tree is idle.
-11. ``unknown``.
+12. ``idle``: the whole tree is idle.
+13. ``unknown``.
 
 Every rule that fires says why in a few short strings, most decisive first.
 """
@@ -374,6 +380,59 @@ def _io_blocked(facts: _Facts) -> Optional[Diagnosis]:
     return Diagnosis(Cause.IO_WAIT, tuple(blocked[:4])) if blocked else None
 
 
+#: Where a stopped process stands: the letter /proc shows for SIGSTOP and job-control stops (``t`` is a tracer's
+#: stop, which py-spy's own dumps cause for a moment).
+STOPPED_STATE = "T"
+
+
+def _stopped(facts: _Facts) -> Optional[Diagnosis]:
+    """Processes stopped in most of the last samples; the main thread's wait, told apart from them."""
+    recent = facts.window.samples[-D_STATE_SAMPLES:]
+    seen: Dict[int, int] = {}
+    for sample in recent:
+        for proc in sample.procs:
+            if proc.state == STOPPED_STATE:
+                seen[proc.pid] = seen.get(proc.pid, 0) + 1
+    stopped = [pid for pid, count in sorted(seen.items()) if count >= max(1, D_STATE_SHARE * len(recent))]
+    if not stopped:
+        return None
+    lines = [
+        f"pid {pid} ({facts.last[pid].name if pid in facts.last else '?'}) stopped (state T: SIGSTOP or a job-control "
+        f"stop) in {seen[pid]} of {len(recent)} samples"
+        for pid in stopped[:3]
+    ]
+    if len(stopped) > 3:
+        lines.append(f"{len(stopped) - 3} more stopped processes")
+    main = facts.main() if facts.main_pid not in stopped else None
+    frame = _user_frame(main) if main else None
+    if frame is not None:
+        lines.append(f"main thread waits in {frame.where} (not stopped)")
+    return Diagnosis(Cause.STOPPED, tuple(lines))
+
+
+#: py-spy's status of a thread that holds the GIL off the CPU (rendered from its ``--json`` dump's ``owns_gil`` and
+#: ``active``, :func:`trainbox.diagnose.incident.render_py_spy`).
+HOLDS_GIL_IDLE = "idle+gil"
+
+
+def _gil_held(facts: _Facts) -> Optional[Diagnosis]:
+    """A thread holding the GIL while it does not run, in a process with other threads that cannot run Python."""
+    for pid, threads in sorted(facts.threads.items()):
+        holder = next((t for t in threads if t.status == HOLDS_GIL_IDLE), None)
+        if holder is None or len(threads) < 2 or facts.recent_demand.get(pid, 0.0) >= BUSY_CORES:
+            continue
+        frames = ", ".join(frame.where for frame in holder.frames[:3]) or "no Python frame"
+        name = f" ({holder.name})" if holder.name else ""
+        lines = [f"pid {pid} thread {holder.ident}{name} holds the GIL off the CPU (a C call that kept it) in {frames}"]
+        others = [t for t in threads if t is not holder]
+        main = main_thread(others, pid)
+        frame = _user_frame(main) if main else None
+        waits = f"; the main thread in {frame.where}" if frame is not None else ""
+        lines.append(f"{len(others)} other thread(s) of pid {pid} wait for the GIL{waits}")
+        return Diagnosis(Cause.GIL_HELD, tuple(lines))
+    return None
+
+
 def _compile_frame(facts: _Facts) -> Optional[Diagnosis]:
     main = facts.main()
     frame = _first_match(main, COMPILE_FRAMES) if main else None
@@ -548,8 +607,10 @@ def _idle(facts: _Facts) -> Optional[Diagnosis]:
 
 RULES = (
     _compiling,
+    _stopped,
     _gpu_trouble,
     _io_blocked,
+    _gil_held,
     _compile_frame,
     _loader_deadlock,
     _device_wait,

@@ -12,7 +12,9 @@
 * ``processes.json`` and ``processes.txt``: the tree with states, CPU times, threads;
 * ``stacks/<pid>.txt``: all threads' Python stacks of every process, from
   py-spy where ptrace is allowed, else from the faulthandler dump of processes
-  that registered one (see :func:`trainbox.heartbeat.install_stack_dump`);
+  that registered one (see :func:`trainbox.heartbeat.install_stack_dump`). py-spy is asked for its JSON dump,
+  written out in its own text form (:func:`render_py_spy`) with one thing its text leaves out: ``idle+gil`` for a
+  thread that holds the GIL while off the CPU (a C call that kept it: every other thread waits on it);
 * ``heartbeat.json`` (the last beat, or the last counter read from the output), ``output-tail.txt`` (the
   output's last display lines as a terminal shows them: a progress bar's last state), ``kernel.txt``
   (amdgpu/kfd/DRM messages, GPU resets and hung tasks, from :mod:`trainbox.system.gpu_state`), ``gpu.txt``
@@ -73,13 +75,37 @@ def _py_spy() -> Optional[str]:
     return str(beside) if beside.exists() else None  # not the run directory: py-spy beside Python
 
 
+def render_py_spy(pid: int, dump: str) -> Optional[str]:
+    """``py-spy dump --json`` as py-spy's text dump (``Thread <tid> (<status>): "<name>"``, then ``function
+    (file:line)`` innermost first), the status ``active``/``idle`` with ``+gil`` for the thread that holds the GIL,
+    whether it runs or not (py-spy's text marks only a running one); None when ``dump`` is not such a dump."""
+    try:
+        threads = json.loads(dump)
+    except ValueError:
+        return None
+    if not isinstance(threads, list):
+        return None
+    lines = [f"Process {pid}: threads from py-spy dump --json"]
+    for thread in threads:
+        if not isinstance(thread, dict):
+            return None
+        status = ("active" if thread.get("active") else "idle") + ("+gil" if thread.get("owns_gil") else "")
+        ident = thread.get("os_thread_id") or thread.get("thread_id")
+        name = f': "{thread["thread_name"]}"' if thread.get("thread_name") else ""
+        lines.append(f"Thread {ident} ({status}){name}")
+        for frame in thread.get("frames") or ():
+            where = frame.get("short_filename") or frame.get("filename")
+            lines.append(f"    {frame.get('name')} ({where}:{frame.get('line')})")
+    return "\n".join(lines) + "\n"
+
+
 def _stack_by_py_spy(pid: int, timeout: float = PY_SPY_TIMEOUT_S) -> Tuple[Optional[str], str]:
     tool = _py_spy()
     if tool is None:
         return None, "py-spy not installed"
     try:
         done = subprocess.run(
-            [tool, "dump", "--pid", str(pid)],
+            [tool, "dump", "--json", "--pid", str(pid)],
             capture_output=True,
             text=True,
             errors="replace",
@@ -87,8 +113,9 @@ def _stack_by_py_spy(pid: int, timeout: float = PY_SPY_TIMEOUT_S) -> Tuple[Optio
         )
     except subprocess.TimeoutExpired:
         return None, f"py-spy timed out after {timeout:.0f} s"
-    if done.returncode == 0 and "Thread" in done.stdout:
-        return done.stdout, "py-spy"
+    text = render_py_spy(pid, done.stdout) if done.returncode == 0 else None
+    if text is not None and "Thread" in text:
+        return text, "py-spy"
     reason = (done.stderr.strip().splitlines() or ["no output"])[0]
     return None, f"py-spy failed: {reason}"
 

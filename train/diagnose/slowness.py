@@ -41,8 +41,9 @@ evidence, the suspect's first:
    :data:`RUN_WAIT_RISE_PCT` more of the time than in the baseline, and processes
    outside the run take :data:`CONTENTION_RISE_PCT` more CPU than they did then
    (counted process by process, pid and start, so that a neighbour that went
-   quiet does not hide a new hog on a shared machine; each that took
-   :data:`HOG_RISE_PCT` more is named with pid, name and its CPU now and then)
+   quiet does not hide a new hog on a shared machine; the :data:`HOGS_SHOWN` whose CPU rose most are named with
+   pid, name and their CPU now and then, whatever their rise: on a machine that was already busy three new hogs get
+   under half a core each, and were named by no rule of a fixed size)
    or CPU pressure (PSI) rose by :data:`PSI_RISE_PCT`. The run's own wait comes
    first because a busy machine slows only a run that needs its CPU: on this
    development machine other people's jobs came and went all day, and a run that
@@ -97,11 +98,11 @@ CONTENTION_RISE_PCT = 50.0
 #: The run's main threads waiting for a CPU this much more of the time (% of one CPU) than in the baseline: a tenth
 #: of its time lost to the run queue.
 RUN_WAIT_RISE_PCT = 10.0
-#: An outside process that took this much more of one core than in the baseline is named as a suspect: two hogs
-#: that share a core with a CPU-bound run get a third of it each.
-HOG_RISE_PCT = 25.0
-#: How many such processes the evidence names, the biggest rise first.
-HOGS_SHOWN = 4
+#: How many outside processes the evidence names, the biggest rise of CPU first (a rise of any size: on a busy
+#: machine a new hog may get a fifth of a core).
+HOGS_SHOWN = 3
+#: How many gone DataLoader workers the evidence names.
+WORKERS_SHOWN = 4
 #: Iowait (% of all CPU time) that rose by this many points: the disk holds the run up.
 IOWAIT_RISE_PCT = 10.0
 #: The main thread in the DataLoader in this share of samples or more is loader-bound ...
@@ -281,7 +282,7 @@ def _contention(now: Pressure, before: Pressure) -> Finding:
     then = {(p.pid, p.started): p.cpu_pct for p in before.outside}
     lines = [
         f"pid {p.pid} ({p.name}) outside the run: {p.cpu_pct:.0f} % CPU (baseline {then.get((p.pid, p.started), 0.0):.0f} %)"
-        for p in [p for rise, p in rises if rise >= HOG_RISE_PCT][:HOGS_SHOWN]
+        for _, p in rises[:HOGS_SHOWN]
     ]
     if waited is not None:
         lines.append(f"the run waited for a CPU {now.tree_wait_pct:.0f} % of the time (baseline {before.tree_wait_pct:.0f} %)")
@@ -312,7 +313,7 @@ def _loader(now: Conditions, before: Conditions) -> Finding:
             f"(baseline {100 * (before.loader_wait or 0.0):.0f} %)"
         )
     if now.workers is not None and before.workers is not None and len(now.workers) < len(before.workers):
-        gone = " ".join(str(pid) for pid in sorted(before.workers - now.workers)[:HOGS_SHOWN])
+        gone = " ".join(str(pid) for pid in sorted(before.workers - now.workers)[:WORKERS_SHOWN])
         lines.append(f"DataLoader workers: {len(now.workers)} now, {len(before.workers)} in the baseline (gone: {gone})")
     return Finding(lines, True)
 

@@ -83,6 +83,10 @@ class Cause(str, Enum):
     IO_WAIT = "io_wait"
     BUSY_PYTHON = "busy_python"
     BUSY_NATIVE = "busy_native"
+    #: A process of the tree is stopped (state T: SIGSTOP, a debugger's or the shell's job-control stop).
+    STOPPED = "stopped"
+    #: A thread holds the GIL off the CPU (a C call that never released it), so no other thread runs Python.
+    GIL_HELD = "gil_held"
     UNKNOWN = "unknown"
 
 
@@ -123,6 +127,7 @@ EVENT = Schema(
         "silent_ranks": wholes,
         "sigkilled": pids,
         "survivors": pids,
+        "continued": pids,
         "learned": table(seconds),
         "last_beat": BEAT,
         "code": exit_code,

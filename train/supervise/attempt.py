@@ -47,7 +47,7 @@ REAP_S = 10.0
 #: Seconds the SIGKILL rounds of ``ProcessTree.terminate`` may take after the grace (50 rounds, 0.05 s each, and scans).
 KILL_S = 5.0
 #: What ``end_tree`` returns when there was nothing to end.
-NOTHING_ENDED: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": []}
+NOTHING_ENDED: Dict[str, List[int]] = {"terminated": [], "killed": [], "survivors": [], "continued": []}
 
 
 class CannotStart(Exception):
@@ -191,4 +191,4 @@ class Attempt:
 def stuck_result(error: Stuck) -> Dict[str, List[int]]:
     """What ``end_tree`` would have returned for a tree found stuck: every survivor was killed, and survived."""
     pids = [process["pid"] for process in error.processes]
-    return {"terminated": [], "killed": pids, "survivors": pids}
+    return {"terminated": [], "killed": pids, "survivors": pids, "continued": []}

@@ -270,7 +270,8 @@ def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, l
 #: The retries for a cause's first, second, ... stall in a row on one profile; the last one repeats.
 #: A deadlocked loader needs fewer workers; a compile past the cap will not finish faster on a retry, so
 #: skip it (and warm the cache with `trainbox warmup`); a GPU that still holds the dead tree's memory gets
-#: time to release it and one more try before FP32/native convolutions; a busy spin may be a one-off.
+#: time to release it and one more try before FP32/native convolutions; a busy spin, a process stopped from outside
+#: and a C call that kept the GIL may be one-offs.
 RETRIES: Dict[Cause, Tuple[Retry, ...]] = {
     Cause.LOADER_DEADLOCK: (Retry.LADDER,),
     Cause.KERNEL_COMPILE: (Retry.NATIVE,),
@@ -278,6 +279,8 @@ RETRIES: Dict[Cause, Tuple[Retry, ...]] = {
     Cause.BUSY_PYTHON: (Retry.SAME, Retry.LADDER),
     Cause.BUSY_NATIVE: (Retry.SAME, Retry.LADDER),
     Cause.IO_WAIT: (Retry.LADDER,),
+    Cause.STOPPED: (Retry.SAME, Retry.LADDER),
+    Cause.GIL_HELD: (Retry.SAME, Retry.LADDER),
     Cause.IDLE: (Retry.LADDER,),
     Cause.UNKNOWN: (Retry.LADDER,),
 }

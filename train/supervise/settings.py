@@ -28,6 +28,7 @@ from typing import Callable, FrozenSet, Iterator, List, Optional, Tuple, Union
 
 from trainbox.supervise.notify import events as notify
 from trainbox.supervise.output.pattern import PATTERN_FLAG, pattern_problem
+from trainbox.supervise.stalls.budgets import EARLY_SAMPLES
 
 Number = Union[int, float]
 #: What a setting holds: a number, one of its ``choices``, a text, or every text given for a repeatable one.
@@ -189,7 +190,12 @@ HUNG_AFTER = Setting(
     "hung_after_s", "--hung-after", 60.0, "seconds without a state.json update before `health --act` ends the supervisor", 5
 )
 LEARNED_MIN_SAMPLES = Setting(
-    "learned_min_samples", "--learned-min-samples", 20, "intervals to see in a phase before learning its budget", 1, whole=True
+    "learned_min_samples",
+    "--learned-min-samples",
+    20,
+    f"intervals to see in a phase before learning its budget (a steady counter: from {EARLY_SAMPLES}, with a wider margin)",
+    1,
+    whole=True,
 )
 #: 120 s: long enough that no working phase keeps the whole tree that quiet (a cold MIOpen compile burns a core,
 #: a slow disk shows I/O, a GPU kernel keeps the GPU busy), short enough that a deadlock costs minutes, not the

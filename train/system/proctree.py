@@ -253,17 +253,36 @@ class ProcessTree:
             except psutil.Error:
                 pass
 
-    def terminate(self, grace: float, poll: float = 0.05) -> Dict[str, List[int]]:
-        """SIGTERM everything, SIGKILL what is left after ``grace`` s; return what happened.
+    def continue_stopped(self) -> List[int]:
+        """SIGCONT to every process of the tree that is stopped (state T: SIGSTOP, a job-control stop); their pids.
 
-        Rescans while waiting, so a process forked during shutdown is caught too.
-        Returns ``{"terminated": [...], "killed": [...], "survivors": [...]}`` (pids).
+        A stopped process keeps a SIGTERM pending and cannot act on it: without this the whole grace was spent
+        waiting for it (30 s of every kill of a frozen tree). A tracer's stop (``t``) is left to the tracer.
+        """
+        woken = []
+        for proc in self.scan():
+            try:
+                if proc.status() == psutil.STATUS_STOPPED:
+                    proc.send_signal(signal.SIGCONT)
+                    woken.append(proc.pid)
+            except psutil.Error:
+                continue
+        return woken
+
+    def terminate(self, grace: float, poll: float = 0.05) -> Dict[str, List[int]]:
+        """SIGTERM everything, SIGCONT the stopped, SIGKILL what is left after ``grace`` s; return what happened.
+
+        Rescans while waiting, so a process forked (or stopped) during shutdown is caught too.
+        Returns ``{"terminated": [...], "killed": [...], "survivors": [...], "continued": [...]}`` (pids;
+        ``continued``: stopped processes woken so that they act on the SIGTERM).
         """
         started = self.scan()
         self.signal_all(signal.SIGTERM)
+        continued = set(self.continue_stopped())  # right after SIGTERM: it is the first thing they see
         deadline = time.monotonic() + grace
         while self.scan() and time.monotonic() < deadline:
             self.reap()
+            continued.update(self.continue_stopped())
             time.sleep(poll)
         killed = [p.pid for p in self.scan()]
         for _ in range(50):
@@ -278,6 +297,7 @@ class ProcessTree:
             "terminated": sorted({p.pid for p in started} - set(killed)),
             "killed": sorted(killed),
             "survivors": survivors,
+            "continued": sorted(continued),
         }
 
     def reap(self) -> None:

@@ -31,6 +31,11 @@ dataset is resolved before training starts (:mod:`trainbox.yolo.dataset`). It is
 installed in the training process before Ultralytics is imported and in every
 DataLoader worker; tests assert the log stays absent. The log and the fonts are
 written through :mod:`trainbox.rundir.safe` (both live in the run directory).
+
+An unmodified ``yolo`` command under ``trainbox supervise`` is the user's own program, with their settings (its
+datasets, weights and runs folders live in the same settings file) and perhaps weights still to download: none of
+the above is done to it. :func:`advice` is the one line the supervisor says at start instead, on how to make it
+offline (or to train through ``trainbox run``, which does all of it).
 """
 
 from __future__ import annotations
@@ -43,12 +48,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from trainbox.rundir.records import files_of
 from trainbox.rundir.safe import RunFiles
 
 FONT_NAMES = ("Arial.ttf", "Arial.Unicode.ttf")
+#: Ultralytics' command-line program (its console script).
+ULTRALYTICS_PROGRAM = "yolo"
 INTEGRATIONS = ("clearml", "comet", "dvc", "mlflow", "raytune", "tensorboard", "wandb")
 
 
@@ -187,3 +194,17 @@ def disable_settings_sync() -> None:
     wanted = {key: False for key in ("sync",) + INTEGRATIONS if key in SETTINGS}
     if any(SETTINGS.get(key) is not False for key in wanted):
         SETTINGS.update(wanted)
+
+
+def advice(argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
+    """The line said once at the start of a supervised ``yolo`` command on how to keep it off the network; None for
+    any other command, or when its environment already says ``YOLO_OFFLINE``."""
+    if not argv or os.path.basename(argv[0]) != ULTRALYTICS_PROGRAM or env.get("YOLO_OFFLINE"):
+        return None
+    return (
+        "an Ultralytics command: it may reach the network (update checks, analytics, a font fetched from GitHub at "
+        "every run, weights). To keep it offline, give it YOLO_OFFLINE=1 and YOLO_AUTOINSTALL=0 in its environment, "
+        "run `yolo settings sync=False` once, train from a model at hand (model=yolov8n.yaml, or a .pt file you have), "
+        "and copy any .ttf font (matplotlib's DejaVuSans.ttf) as Arial.ttf into the folder `yolo settings` shows; "
+        "`trainbox run` does all of this itself."
+    )

@@ -211,3 +211,30 @@ def test_a_spin_in_the_middle_of_a_bar_is_still_found_by_the_learned_budget(tmp_
     stall = result.of("stall")[0]
     assert stall["budget"] == "learned:" and stall["budget_s"] < 25 and stall["silent_s"] < 25, stall
     assert stall["cause"] == "busy_python" and stall["last_beat"]["step"] == 24
+
+
+def test_a_stopped_worker_is_named_and_its_tree_killed_without_spending_the_grace(tmp_path: Path) -> None:
+    """A forked worker SIGSTOPped while the main process waits for it: the cause is ``stopped``, the stopped worker is
+    told apart from the waiting main thread, and the kill wakes it (SIGCONT) instead of waiting out --grace 20."""
+    options = ["--stall-timeout", "4", "--grace", "20", "--backoff", "0.1", "--max-restarts", "0", "--quiet"]
+    child = faulty_child("--steps", "6", "--interval", "0.05")
+    args = ["supervise", "--run-dir", str(tmp_path), *options, "--", *child]
+    result = train_cli(args, tmp_path, {"TRAIN_FAULT": "stopped@step,step=3,attempt=0"})
+    assert not survivors(tmp_path), f"processes outlived the supervisor: {survivors(tmp_path)}"
+    stall = result.of("stall")[0]
+    assert stall["cause"] == "stopped", stall["evidence"]
+    assert "stopped (state T" in stall["evidence"][0] and "(not stopped)" in stall["evidence"][-1], stall["evidence"]
+    worker = int(stall["evidence"][0].split()[1])
+    assert stall["continued"] == [worker] and stall["sigkilled"] == [], stall
+    assert stall["kill_s"] < 5, f"kill_s {stall['kill_s']}: the grace was spent on a process that could not act"
+
+
+def test_a_thread_holding_the_gil_in_c_is_named_first(tmp_path: Path) -> None:
+    """A thread in a C call that kept the GIL (``ctypes.PyDLL(None).sleep``) while the main thread waits for it: the
+    cause is ``gil_held`` and the evidence names the holder and its frames, not the main thread's wait."""
+    result = supervise(tmp_path, "gil@step,step=3,attempt=0", ["--stall-timeout", "4", "--max-restarts", "0"])
+    stall = result.of("stall")[0]
+    assert stall["cause"] == "gil_held", stall["evidence"]
+    first = stall["evidence"][0]
+    assert "(gil-holder) holds the GIL" in first and "hold_the_gil_in_c" in first, first
+    assert "idle+gil" in result.stacks(), "the stack file marks the holder"

@@ -143,6 +143,7 @@ def kill(attempt: Attempt, outcome: Outcome, findings: StallFindings) -> Outcome
         killed_ts=round(time.time(), 3),
         sigkilled=result["killed"],
         survivors=result["survivors"],
+        continued=result["continued"],  # stopped processes woken after SIGTERM, so that they could act on it
         code_before_kill=code_before_kill,
         **findings.fields(),
     )
