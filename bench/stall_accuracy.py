@@ -74,6 +74,8 @@ SCENARIOS = (
         ("--slow-step", "5", "--slow-seconds", "0", "--phase-timeout", "1200", "--slow-phase", "val"),
     ),
     Scenario("Python spin", Cause.BUSY_PYTHON, "spin" + AT_STEP),
+    Scenario("waiting on a stopped (SIGSTOP) worker", Cause.STOPPED, "stopped" + AT_STEP),
+    Scenario("a thread holding the GIL in C", Cause.GIL_HELD, "gil" + AT_STEP),
     Scenario("native spin (torch.mm)", Cause.BUSY_NATIVE, "native" + AT_STEP, ("--stall-timeout", "8")),
     Scenario("DataLoader, forked workers blocked", Cause.LOADER_DEADLOCK, "loader" + AT_STEP, ("--stall-timeout", "20")),
     Scenario(
