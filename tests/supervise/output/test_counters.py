@@ -51,7 +51,7 @@ def test_a_save_bar_inside_the_training_bar_is_a_phase_inside_its_place() -> Non
     save = beats[-2]
     assert (save["step"], save["phase"], save["side_step"], save["side_total"]) == (50, "save", 1, 1)
     assert position(save) == "phase save, step 50", "the training step, not step 1 of the shard writer"
-    assert beats[-1] == {"step": 51, "pattern": "tqdm", "counter": "tqdm::100"}
+    assert beats[-1] == {"step": 51, "steps": 100, "pattern": "tqdm", "counter": "tqdm::100"}
 
 
 def test_an_evaluation_bar_without_a_label_keeps_the_training_place_and_names_its_own_counter() -> None:

@@ -97,7 +97,7 @@ def test_a_tqdm_loop_is_read_advancing_as_it_runs(live: Callable[..., LiveChild]
     train = [(at, beat["batch"]) for at, beat in child.beats if beat.get("phase") == "train"]
     assert [batch for _, batch in train] == list(range(41))  # every step, in order, none twice
     assert train[-1][0] - train[0][0] > 1.0  # read while it ran (40 steps of 50 ms), not all at the end
-    assert child.beats[-1][1] == {"phase": "val", "step": 3, "pattern": "tqdm", "counter": "tqdm:Validating:3"}
+    assert child.beats[-1][1] == {"phase": "val", "step": 3, "steps": 3, "pattern": "tqdm", "counter": "tqdm:Validating:3"}
     assert child.lines.tail(1) == ["done"]
 
 
