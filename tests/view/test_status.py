@@ -210,3 +210,19 @@ def test_any_checkpoint_or_resume_record_in_state_json_renders(tmp_path: Path, c
     lines = status.render(run, status.read(run), now=NOW)
     shown = [line for line in lines if line.startswith(("checkpoint", "resumed"))]
     assert shown and all("\n" not in line for line in shown)
+
+
+def test_a_checkpoint_path_or_resume_source_with_terminal_controls_is_shown_on_one_line_without_them(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    evil = "ck\n\x1b[31mred\x1b[0m"
+    record = {
+        "state": "running",
+        "checkpoint": {"path": evil, "mtime": NOW - 5, "step": 3},
+        "resumed": {"attempt": 1, "from": evil, "step": 3, "redone_steps": 1},
+    }
+    (run / "state.json").write_text(json.dumps(record))
+    lines = status.render(run, status.read(run), now=NOW)
+    shown = [line for line in lines if line.startswith(("checkpoint", "resumed"))]
+    assert len(shown) == 2 and all("red" in line for line in shown)
+    assert not any(char in line for line in shown for char in "\n\x1b")

@@ -138,6 +138,11 @@ STATE = Schema(
         "stalls": whole,
         "crashes": whole,
         "last_stall": Schema({"attempt": whole, "cause": text, "evidence": text}),
+        # The newest checkpoint the command wrote and what a restart resumed from (trainbox.supervise.resume.notes):
+        # their paths are printed by status, so they are text (one line, no terminal controls) like every other.
+        "checkpoint": Schema({"path": text, "mtime": timestamp, "step": whole}),
+        "resumed": Schema({"attempt": whole, "from": text, "step": whole, "why": text, "redone_steps": whole}),
+        "redone_steps": whole,
         "exit_code": exit_code,
     }
 )
