@@ -225,7 +225,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from trainbox.yolo.demo_data import write_demo_dataset
 
     with tempfile.TemporaryDirectory(prefix="trainbox-loader-bench-") as tmp:
-        offline.prepare_environment(Path(tmp) / "ultralytics")
+        offline.prepare_environment(Path(tmp) / "ultralytics-config")  # as tests/yolo/conftest.py makes it
         data = args.data or write_demo_dataset(Path(tmp) / "data", train=args.train, val=4, imgsz=args.imgsz)
         setup = Setup(data, args.imgsz, args.batch, args.workers, args.epochs, args.profile)
         loads = [_load()]

@@ -24,7 +24,8 @@ def test_second_supervisor_on_a_run_directory_is_refused_in_one_line(tmp_path: P
     try:
         wait_for(lambda: run.state.exists() and json.loads(run.state.read_text())["state"] == "running", 30, "the first run")
         events_before = run.events.read_bytes()
-        second = train_cli(["supervise", "--run-dir", str(tmp_path), *FAST, "--", "true"], tmp_path)
+        # The same command: another one's would be refused for the run it holds (trainbox.rundir.owner), not the lock.
+        second = train_cli(["supervise", "--run-dir", str(tmp_path), *FAST, "--", *faulty_child("--steps", "1")], tmp_path)
         events_after = run.events.read_bytes()
     finally:
         first.send_signal(signal.SIGTERM)
