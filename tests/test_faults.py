@@ -4,6 +4,8 @@ seed) and the fail-slow kinds and conditions (the hangs are exercised by every s
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -119,3 +121,51 @@ def test_without_a_text_nothing_is_seen() -> None:
     for text in ("\r        1/2         0G", "done\n"):
         written.add(text)
     assert (written.lines, written.seen) == (2, 0)
+
+
+#: A program that saves three checkpoints, torch.save to a path, into a buffer then Path.write_bytes (as Ultralytics
+#: does), and says whether torch was imported before its own import of it.
+SAVING = """
+import io, sys
+from pathlib import Path
+before = 'torch' in sys.modules
+import torch
+for i in range(3):
+    torch.save({'w': torch.zeros(50_000), 'i': i}, f'path-{i}.pt')
+    buffer = io.BytesIO()
+    torch.save({'i': i}, buffer)
+    Path(f'bytes-{i}.pt').write_bytes(buffer.getvalue())
+    print('saved', i, before, flush=True)
+"""
+
+
+def saving(tmp_path: Path, fault: str, counted: str) -> subprocess.CompletedProcess:
+    paths = [str(Path(__file__).parent / "fixtures" / "uninstrumented"), *sys.path]
+    env = {"PYTHONPATH": os.pathsep.join(paths), ATTEMPT_ENV: "0", faults.FAULT_ENV: fault, faults.CHECKPOINT_ENV: counted}
+    return subprocess.run([sys.executable, "-c", SAVING], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_it_half_written_and_the_earlier_ones_whole(tmp_path: Path) -> None:
+    import torch
+
+    done = saving(tmp_path, "sigkill@checkpoint,saves>=1", "path-")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.splitlines() == ["saved 0 False"], "killed in the second save; torch imported by the program"
+    assert torch.load(tmp_path / "path-0.pt")["i"] == 0
+    whole = (tmp_path / "path-0.pt").stat().st_size
+    assert (tmp_path / "path-1.pt").stat().st_size == whole // 2, "half of it on disk"
+    with pytest.raises(RuntimeError):
+        torch.load(tmp_path / "path-1.pt")
+
+
+def test_write_bytes_is_the_site_too_and_an_unarmed_program_saves_whole_files(tmp_path: Path) -> None:
+    import torch
+
+    (tmp_path / "killed").mkdir()
+    killed = saving(tmp_path / "killed", "sigkill@checkpoint,saves>=2", "bytes-")
+    assert killed.returncode == -signal.SIGKILL and len(killed.stdout.splitlines()) == 2, killed.stderr
+    assert (tmp_path / "killed" / "bytes-2.pt").stat().st_size < (tmp_path / "killed" / "bytes-1.pt").stat().st_size
+    (tmp_path / "whole").mkdir()
+    whole = saving(tmp_path / "whole", "sleep@output,lines>=999", "")
+    assert whole.returncode == 0 and len(whole.stdout.splitlines()) == 3, whole.stderr
+    assert [torch.load(tmp_path / "whole" / f"path-{i}.pt")["i"] for i in range(3)] == [0, 1, 2]

@@ -39,6 +39,14 @@ one, so a count of lines falls in a different place on each: ``seen``, the write
 ``TRAIN_FAULT_TEXT``, places the hang by what was printed (``TRAIN_FAULT_TEXT="1/2  "`` with
 ``sleep@output,seen>=1``: the first write after the first one that showed epoch 1 of 2).
 
+A program's checkpoints get one more site, ``checkpoint``: :func:`watch_checkpoints` (called by the same
+sitecustomize) makes every ``torch.save`` and every ``Path.write_bytes`` of the program the site, with ``saves``: the
+checkpoint writes so far in this process. Only writes whose target's path contains ``TRAIN_FAULT_CHECKPOINT`` count
+(every write when it is unset; a ``torch.save`` into a buffer, as Lightning's and Ultralytics' saves begin, has the
+path ``""``). A write to a file fires the site with half of its bytes on disk, so that ``sigkill@checkpoint,saves>=1``
+leaves the second checkpoint half written, as a kill during the save does; a ``torch.save`` into a buffer fires it
+when the buffer is full, before the program writes it anywhere.
+
 Each hang runs in a function whose name says what it is, so tests can find
 that name in the incident's stacks. ``python -m trainbox.faults`` is a small
 beating child for supervisor tests (see ``main``).
@@ -47,6 +55,9 @@ beating child for supervisor tests (see ``main``).
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.util
+import io
 import os
 import random
 import signal
@@ -285,8 +296,9 @@ def leak_memory() -> None:
 
 def crash() -> None:
     """Exit with status 3, as a training script that hit an error would."""
-    sys.stderr.write("trainbox fault: injected crash\n")
-    sys.stderr.flush()
+    stream = sys.__stderr__ or sys.stderr  # not the output site's wrapper: its write would fire this crash again
+    stream.write("trainbox fault: injected crash\n")
+    stream.flush()
     os._exit(3)
 
 
@@ -475,6 +487,105 @@ def watch_output() -> bool:
     written = _Written(wanted=os.environ.get(TEXT_ENV, ""))
     sys.stdout = _WatchedStream(sys.stdout, written)
     sys.stderr = _WatchedStream(sys.stderr, written)
+    return True
+
+
+#: The fault site of a program's checkpoint writes (see the module docstring).
+CHECKPOINT_SITE = "checkpoint"
+#: The text a checkpoint write's target path must contain to be the ``checkpoint`` site ("" or unset: every write).
+CHECKPOINT_ENV = "TRAIN_FAULT_CHECKPOINT"
+
+
+@dataclass
+class _Saves:
+    """The checkpoint writes of this process that count (their path contains ``wanted``): the site's context."""
+
+    wanted: str = ""
+    saves: int = 0
+
+    def fire(self, path: str, half_written: Callable[[], None] = lambda: None) -> None:
+        """``half_written()`` (it puts half the bytes on disk), then the site, for a write that counts."""
+        if self.wanted not in path:
+            return
+        half_written()
+        count, self.saves = self.saves, self.saves + 1
+        point(CHECKPOINT_SITE, saves=count)
+
+
+def _written_in_halves(path: Path, data: bytes, saves: _Saves) -> None:
+    """Write ``data`` to ``path`` as a checkpoint is written, the site firing with half of it on disk."""
+    with open(path, "wb") as handle:  # not the run directory: the program's own checkpoint
+        half = len(data) // 2
+
+        def half_written() -> None:
+            handle.write(data[:half])
+            handle.flush()  # on disk for another process (the supervisor) to read, killed or not
+
+        saves.fire(str(path), half_written)
+        handle.seek(0)  # nothing fired (or a fault that lets go): all of it, once
+        handle.write(data)
+
+
+def _watched_save(real_save: Callable[..., None], saves: _Saves) -> Callable[..., None]:
+    """``torch.save`` that is the ``checkpoint`` site: to a path in halves, to a buffer once it is full."""
+
+    def save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(f, (str, os.PathLike)):
+            real_save(obj, f, *args, **kwargs)
+            saves.fire("")
+            return
+        buffer = io.BytesIO()
+        real_save(obj, buffer, *args, **kwargs)
+        _written_in_halves(Path(f), buffer.getvalue(), saves)
+
+    return save
+
+
+class _AfterTorchImport(importlib.abc.MetaPathFinder):
+    """Replaces ``torch.save`` once the program imports torch (importing it here would slow every program down)."""
+
+    def __init__(self, saves: _Saves) -> None:
+        self.saves = saves
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # once, and not for the find_spec below
+        spec = importlib.util.find_spec("torch")
+        loader = spec.loader if spec is not None else None
+        if loader is None:
+            return spec
+        real_exec, saves = loader.exec_module, self.saves
+
+        def exec_module(module: Any) -> None:
+            real_exec(module)
+            module.save = _watched_save(module.save, saves)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def watch_checkpoints() -> bool:
+    """Make the program's checkpoint writes the ``checkpoint`` site, when an armed fault names it; whether it did.
+
+    As :func:`watch_output`, only in a supervised child.
+    """
+    if ATTEMPT_ENV not in os.environ or not any(fault.site == CHECKPOINT_SITE for fault in armed()):
+        return False
+    saves = _Saves(wanted=os.environ.get(CHECKPOINT_ENV, ""))
+    real_write_bytes = Path.write_bytes
+
+    def write_bytes(self: Path, data: Any) -> int:
+        if saves.wanted not in str(self):
+            return real_write_bytes(self, data)
+        _written_in_halves(self, bytes(data), saves)
+        return len(data)
+
+    Path.write_bytes = write_bytes  # type: ignore[method-assign]
+    if "torch" in sys.modules:
+        sys.modules["torch"].save = _watched_save(sys.modules["torch"].save, saves)
+    else:
+        sys.meta_path.insert(0, _AfterTorchImport(saves))
     return True
 
 
