@@ -86,15 +86,16 @@ def train_cli(
     run_dir: Optional[Path] = None,
     env: Optional[Dict[str, str]] = None,
     timeout: float = 600,
+    cwd: Path = REPO,
 ) -> Finished:
-    """Run ``python -m trainbox ARGS`` to completion."""
+    """Run ``python -m trainbox ARGS`` to completion, in ``cwd`` (the checkout unless told)."""
     done = subprocess.run(
         [sys.executable, "-m", "trainbox", *args],
         capture_output=True,
         text=True,
         env=cli_env(env),
         timeout=timeout,
-        cwd=REPO,
+        cwd=cwd,
     )
     return Finished(done.returncode, done.stdout, done.stderr, run_dir or Path("."))
 
