@@ -54,8 +54,9 @@ def hf_command(work: Path) -> List[str]:
 
 
 def lightning_command(work: Path) -> List[str]:
-    """The Lightning fit, 4 epochs of 10 steps, a ModelCheckpoint every epoch in ``checkpoints/`` (run in ``work``)."""
-    return [PYTHON, str(PROGRAMS / "lightning_ckpt.py"), "--max_epochs", "4"]
+    """The Lightning fit, 4 epochs of 20 steps, a ModelCheckpoint every epoch in ``checkpoints/`` (run in ``work``)."""
+    fit = str(FIXTURES / "output" / "programs" / "lightning_fit.py")
+    return [PYTHON, fit, "--tqdm", "--epochs", "4", "--delay", "0.03", "--checkpoint_dir", "checkpoints"]
 
 
 #: nanoGPT's train.py, as small as it goes: 2 layers of 32, 40 iterations, an evaluation and ``ckpt.pt`` every 10.
