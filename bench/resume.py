@@ -40,7 +40,8 @@ SAVES_KILLED = 3
 
 
 def timed(command: List[str], env: Dict[str, str], cwd: Path) -> Dict[str, Any]:
-    """Run ``command`` to its end; its exit status and wall seconds."""
+    """Run ``command`` in ``cwd`` (made if need be) to its end; its exit status and wall seconds."""
+    cwd.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     done = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
     return {"code": done.returncode, "wall_s": round(time.monotonic() - started, 2)}
@@ -136,7 +137,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--bare", type=int, default=1, help="bare runs per program")
     parser.add_argument("--programs", default=",".join(PROGRAMS_BY_NAME), help="comma-separated")
     args = parser.parse_args(argv)
-    results = {name: measure(PROGRAMS_BY_NAME[name], args.tries, args.bare) for name in args.programs.split(",")}
+    results: Dict[str, Dict[str, Any]] = {}
+    for name in args.programs.split(","):
+        results[name] = measure(PROGRAMS_BY_NAME[name], args.tries, args.bare)
+        path = write(results, args)  # after each program: a long bench that is stopped keeps what it measured
+    print(f"written: {path.relative_to(REPO)}")
+    return 0 if all(result["saves_ok"] == args.tries for result in results.values()) else 1
+
+
+def write(results: Dict[str, Dict[str, Any]], args: argparse.Namespace) -> Path:
     load = os.getloadavg()[0]
     markdown = (
         f"# Real programs: resumed after a hang and after a kill during a save\n\n`python bench/resume.py --tries "
@@ -147,10 +156,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "a bare run with no fault. Killed saving: tries that resumed from the newest checkpoint left whole (or started "
         f"afresh when none was), the 1st, 2nd and 3rd save killed in turn.\n\n{table(results, args.tries)}\n"
     )
-    path = write_results("resume", {"tries": args.tries, "results": results}, markdown)
-    print(markdown)
-    print(f"written: {path.relative_to(REPO)}")
-    return 0 if all(result["saves_ok"] == args.tries for result in results.values()) else 1
+    print(markdown, flush=True)
+    return write_results("resume", {"tries": args.tries, "results": results}, markdown)
 
 
 if __name__ == "__main__":
