@@ -48,6 +48,7 @@ def reproducible_build(client: docker.APIClient, source: Path, log: Path, result
     except Exception as exc:  # recorded; the other build goes on
         result["error"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = round(time.monotonic() - started)
+    print(f"{log.stem}: {result}", flush=True)  # at once: the builds take half an hour
 
 
 def both(source: Path, logs: Path) -> Dict[str, Dict[str, Any]]:
