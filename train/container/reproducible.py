@@ -29,6 +29,7 @@ ones, so it is an option, not the default.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
@@ -70,7 +71,7 @@ def head(root: Path) -> str:
     return _git(root, "rev-parse", "HEAD").strip()
 
 
-def uncommitted(root: Path, paths: Sequence[str]) -> list:
+def uncommitted(root: Path, paths: Sequence[str]) -> List[str]:
     """Files under ``paths`` that differ from HEAD: a reproducible build leaves those changes out."""
     return [line[3:] for line in _git(root, "status", "--porcelain", "--", *paths).splitlines() if line]
 
@@ -119,7 +120,10 @@ def normalize(client: docker.APIClient, tag: str, base: str, epoch: int, out: Op
     if loaded != expected:
         raise UserError(f"the engine loaded {tag} as {loaded}, not as the rewritten {expected}")
     if raw != loaded:
-        client.remove_image(raw)
+        # The build's own image goes (and its intermediate images, the layer cache, with it), unless another tag
+        # still names it: then it stays, as that tag's.
+        with contextlib.suppress(docker.errors.APIError):
+            client.remove_image(raw)
     if out is not None:
         out.write(f"rewrote {tag}: every time clamped to the commit's ({layers.timestamp(epoch)})\n")
     return loaded
