@@ -81,7 +81,8 @@ def context(root: Path, dockerfile: str) -> IO[bytes]:
     archive = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it: docker-py streams it to the engine)
     try:
         subprocess.run(
-            ["git", "-C", str(root), "archive", "--format=tar", "HEAD", "--", dockerfile, *CONTEXT_PATHS],
+            # tar.umask: git's default (0002) gives 0664, and a user's git config could give anything else.
+            ["git", "-C", str(root), "-c", "tar.umask=0022", "archive", "--format=tar", "HEAD", "--", dockerfile, *CONTEXT_PATHS],
             stdout=archive,
             stderr=subprocess.PIPE,
             check=True,
