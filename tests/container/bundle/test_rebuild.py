@@ -12,6 +12,8 @@ layer cache.
 
 from __future__ import annotations
 
+import concurrent.futures
+import copy
 import io
 import json
 import os
@@ -20,7 +22,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import docker
 import pytest
@@ -66,30 +68,40 @@ def small_commit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def reproducible_build(client: docker.APIClient, root: Path) -> str:
-    """``invoke build --reproducible``'s build of ``root``'s commit, no cache, as TAG; the image ID."""
+def build_arguments(root: Path) -> Tuple[compose.Service, Dict[str, Any]]:
+    """``invoke build --reproducible --no-cache``'s service and build arguments for ``root``'s commit, tagged TAG."""
     with build_environment():
         service = compose.service("cpu", dotenv.variables(dotenv.settings("cpu")), root)
     arguments = build.service_build_arguments(service, root, no_cache=True)
     arguments["tag"] = TAG
     arguments["buildargs"]["LOCK_SHA256"] = locks.lock_digest(root / "env" / "requirements" / "cpu.lock")
-    return build.build_commit(client, service, arguments, root, sys.stderr)
+    return service, arguments
+
+
+def timed_build(client: docker.APIClient, name: str, root: Path, prepared: Tuple[compose.Service, Dict[str, Any]]) -> str:
+    """One reproducible build of ``root``'s commit on ``client``; its image ID (the time goes to stderr)."""
+    started = time.monotonic()
+    service, arguments = prepared
+    image_id = build.build_commit(client, service, copy.deepcopy(arguments), root, sys.stderr)
+    print(f"\nreproducible build on {name}: {image_id} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return image_id
 
 
 @pytest.fixture(scope="module")
 def two_builds(engine1: docker.APIClient, engine2: docker.APIClient, small_commit: Path) -> Iterator[Dict[str, str]]:
+    """The two builds, at once: they share nothing but the machine, and on CI's two cores the one fetches
+    packages while the other compiles."""
     if not engine2.images(name=BASE_IMAGE):
         engine2.load_image(b"".join(engine1.get_image(BASE_IMAGE)))
     assert engine2.inspect_image(BASE_IMAGE)["Id"] == engine1.inspect_image(BASE_IMAGE)["Id"]
-    ids: Dict[str, str] = {}
+    prepared = build_arguments(small_commit)  # here: the environment is patched once, not by two threads at a time
+    engines = {"engine 1": engine1, "engine 2": engine2}
     try:
-        for name, client in (("engine 1", engine1), ("engine 2", engine2)):
-            started = time.monotonic()
-            ids[name] = reproducible_build(client, small_commit)
-            print(f"\nreproducible build on {name}: {ids[name]} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-        yield ids
+        with concurrent.futures.ThreadPoolExecutor(len(engines)) as pool:
+            builds = {name: pool.submit(timed_build, client, name, small_commit, prepared) for name, client in engines.items()}
+            yield {name: future.result() for name, future in builds.items()}
     finally:
-        for client in (engine1, engine2):
+        for client in engines.values():
             for tag in (TAG, PLANTED):
                 if client.images(name=tag):
                     client.remove_image(tag, force=True)
