@@ -20,7 +20,8 @@ same call taken minutes before it:
   twice the training workers, as Ultralytics'), ``threads`` (torch's intra-op threads capped at
   ``min(8, cores - 1)``, as Ultralytics'), ``no-exact-resume`` (no per-sample seeds, no positioned sampler),
   ``plain-checkpoints`` (Ultralytics' own save: no staging, no fsync), ``no-heartbeat`` (no heartbeat writes),
-  ``no-midepoch`` (no mid-epoch checkpoints), ``no-supervisor`` (the training process run directly). Profile
+  ``no-midepoch`` (no mid-epoch checkpoints), ``no-supervisor`` (the training process run directly). Not in it,
+  and run only when asked: ``fast/spawn``, fast as it was before its workers started from a forkserver. Profile
   settings go in through a copy of the profiles (``TRAIN_PROFILES_DIR``), the rest through
   ``bench/marks/sitecustomize.py`` (``TRAIN_BENCH_ABLATE``).
 
@@ -79,10 +80,13 @@ ABLATION: Dict[str, Dict[str, Any]] = {
     "fast/no-midepoch": {"profile": {"midepoch_checkpoint_s": 0}},
     "fast/no-supervisor": {},
 }
-ALL = VARIANTS + tuple(ABLATION)
+#: Not an ablation: fast as it was before its workers started from a forkserver (spawn), to compare with.
+BEFORE = {"fast/spawn": {"profile": {"multiprocessing_context": "spawn"}}}
+
+ALL = VARIANTS + tuple(ABLATION) + tuple(BEFORE)
 #: What runs unless --variants says otherwise: fast-compile's compile (2 minutes before its first batch on an H200)
 #: is measured on its own.
-DEFAULT = tuple(v for v in ALL if v != "fast-compile")
+DEFAULT = tuple(v for v in ALL if v not in ("fast-compile", *BEFORE))
 #: Variants that torch.compile. With --quick on the CPU they run with TORCH_COMPILE_DISABLE=1 (compile calls run
 #: eagerly): Inductor's C++ compile of yolov8n takes minutes on 2 cores, and --quick checks the bench, not compile.
 COMPILED = ("fast-compile",)
@@ -170,7 +174,7 @@ def watch(proc: subprocess.Popen, gpu: Optional[str], seen: Watched, done: threa
 
 def profiles_dir(variant: str, directory: Path) -> Optional[Path]:
     """A copy of the profiles with ``fast`` changed as an ablation variant asks; None when it changes none."""
-    changes = ABLATION.get(variant, {}).get("profile")
+    changes = {**ABLATION, **BEFORE}.get(variant, {}).get("profile")
     if not changes:
         return None
     directory.mkdir(parents=True, exist_ok=True)
