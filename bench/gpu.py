@@ -556,8 +556,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     result = {"setup": setup, "versions": _versions(), "memory": "GPU" if gpu else "host RSS", "variants": variants,
               "load": summary(loads)}  # fmt: skip
     subset = "" if tuple(chosen) == DEFAULT else f" --variants {','.join(chosen)}"
-    flags = f"--device {args.device}{subset}" + (" --quick" if args.quick else f" --rounds {args.rounds} --train {args.train} "
-             f"--val {args.val} --imgsz {args.imgsz} --batch {args.batch} --epochs {args.epochs}")  # fmt: skip
+    every = f" --bare-every {args.bare_every}" if args.bare_every != 4 else ""
+    sizes = "".join(f" --{key} {getattr(args, key)}" for key in ("rounds", "train", "val", "imgsz", "batch", "epochs"))
+    quick = " --quick" + (f" --rounds {args.rounds}" if args.rounds != 1 else "")
+    flags = f"--device {args.device}{subset}" + (quick if args.quick else sizes) + every
     md = markdown(result, f"python bench/gpu.py {flags}")
     print(md)
     name = args.name or ("gpu-quick" if args.quick else "gpu-ablation" if gpu else "gpu-ablation-cpu")
