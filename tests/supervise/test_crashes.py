@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from tests.supervised import train_cli
@@ -53,7 +52,6 @@ def test_a_crash_that_repeats_word_for_word_ends_the_run_on_the_second_quoting_i
     script = tmp_path / "crash.py"
     script.write_text(CRASHING)
     run_dir = tmp_path / "run"
-    started = time.monotonic()
     done = train_cli(
         ["supervise", "--run-dir", str(run_dir), "--backoff", "0.1", "--quiet", "--", sys.executable, str(script)], run_dir
     )
@@ -65,4 +63,3 @@ def test_a_crash_that_repeats_word_for_word_ends_the_run_on_the_second_quoting_i
     assert "the same crash twice in a row, at step 3" in last and log.is_file()
     assert "incidents" not in last, "a run without a stall has no incident reports to point to"
     assert done.of("give_up")[0]["reason"] == "the same crash twice in a row, at step 3"
-    assert time.monotonic() - started < 60
