@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Dict, List
 
@@ -74,3 +75,20 @@ def test_an_extreme_deadline_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"'{deadline}': give a date from 1970 to 9998" in err, err
     assert not (tmp_path / "run" / "events.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        ["supervise", "--name", "x", "--grace", "5"],
+        ["supervise", "--na", "x", "--grace", "5"],  # argparse takes a prefix of one option as that option
+        ["supervise", "--run-dir=old", "--grace", "5"],
+        ["supervise", "--run", "old", "--grace", "5"],
+        ["supervise", "--resume", "--grace", "5"],
+    ],
+)
+def test_the_line_that_goes_on_with_a_run_names_its_directory_once_however_it_was_given(own: List[str]) -> None:
+    words = shlex.split(cli._resume_line(own, Path("runs/x"), ["python", "train.py"]))
+    at = words.index("supervise")
+    assert words[at:] == ["supervise", "--run-dir", "runs/x", "--grace", "5", "--", "python", "train.py"], words
+    assert cli.build_parser().parse_args(words[at:-3]).run_dir == Path("runs/x")

@@ -177,13 +177,20 @@ def _place(args: argparse.Namespace, command: str) -> None:
 _WHERE_OPTIONS = ("--run-dir", "--name")
 
 
+def _says_where(word: str) -> bool:
+    """Whether ``word`` is one of :data:`_WHERE_OPTIONS` as argparse took it: whole, or cut short (``--na``: argparse
+    takes a prefix of one option only, so a prefix of ``--name`` it accepted is ``--name``), with ``=VALUE`` or not."""
+    name = word.split("=", 1)[0]
+    return len(name) > 2 and name.startswith("--") and any(option.startswith(name) for option in _WHERE_OPTIONS)
+
+
 def _resume_line(own: Sequence[str], run_dir: Path, command: Sequence[str]) -> str:
     """The command line that goes on with this run: the one given, with its directory named (Ctrl-C says it)."""
     words: List[str] = []
     skip = False
     for word in own:
-        if skip or word == "--resume" or word.split("=", 1)[0] in _WHERE_OPTIONS:
-            skip = not skip and word in _WHERE_OPTIONS
+        if skip or word == "--resume" or _says_where(word):
+            skip = not skip and _says_where(word) and "=" not in word  # the option's value is the next word
             continue
         words.append(word)
     head = ["trainbox"] if Path(sys.argv[0]).name == "trainbox" else ["python", "-m", "trainbox"]
