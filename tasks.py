@@ -4,7 +4,7 @@
     invoke build [--flavor cpu] [--reproducible]   build the image, output streamed live
     invoke verify-rebuild [--flavor cpu] [--expect sha256:...]   rebuild the commit from scratch and compare
     invoke train --profile safe [--flavor rocm|cuda|cpu] [--data PATH] [--set KEY=VALUE ...]
-                 [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN]
+                 [--env KEY=VALUE ...] [--supervisor "--stall-timeout 120"] [--name RUN | --resume]
     invoke status [--run NAME] [--deadline 07:00] [--watch]
     invoke logs / stop / shell / test
     invoke doctor [--flavor rocm|cuda|cpu] [--no-docker]
@@ -170,14 +170,17 @@ def verify_rebuild(c, flavor=None, ca_cert=None, expect=None):
         "set": "Ultralytics/run override KEY=VALUE (repeatable)",
         "env": "container environment KEY=VALUE (repeatable)",
         "supervisor": "options for `python -m trainbox run`, e.g. '--stall-timeout 120 --max-restarts 3'",
-        "name": "run name (default: PROFILE-TIMESTAMP); the run directory is runs/NAME",
+        "name": "run name (default: PROFILE-TIMESTAMP); the run directory is runs/NAME (the same name again resumes it)",
+        "resume": "go on with the newest run of this profile (runs/PROFILE-TIMESTAMP) instead of starting a new one",
         "no_build": "fail instead of building a missing image",
     },
     iterable=["set_", "env"],
 )
 @one_line_errors
-def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, supervisor="", name=None, no_build=False):
+def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, supervisor="", name=None, resume=False, no_build=False):
     """Train in a container created from compose.yaml's service; Ctrl-C stops it gracefully."""
+    if name and resume:
+        raise errors.UserError("--name names the run to go on with, --resume picks the newest: give one of them")
     environment = dict(pair.split("=", 1) for pair in launch.parse_pairs(env or [], "--env"))
     overrides, supervisor_args = list(set_ or []), shlex.split(supervisor)
     launch.check_arguments(profile, overrides, supervisor_args)  # a mistake is the only line, before the flavor's note
@@ -191,6 +194,7 @@ def train(c, profile="safe", flavor=None, data=None, set_=None, env=None, superv
         environment=environment,
         run_name=name,
         build_missing=not no_build,
+        resume=resume,
     )
     code, run_dir = launch.train(request)
     if code != 0:

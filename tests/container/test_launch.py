@@ -250,3 +250,15 @@ def test_a_container_listed_while_docker_still_creates_it_is_waited_for(docker_a
                 assert found["Id"] == listed and docker_api.inspect_container(listed)["State"]["Status"] == "created"
                 return
     pytest.fail("in 3 creations Docker never listed the container before it answered for it: nothing was tested")
+
+
+def test_invoke_train_names_a_new_run_by_its_profile_and_resume_goes_on_with_the_newest(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    request = launch.TrainRequest(profile="safe", flavor="cpu", root=tmp_path, resume=True)
+    with pytest.raises(UserError, match=r"^--resume: no run of `safe` under .*runs/ to go on with"):
+        launch.prepare(request)
+    for name in ("safe-20261128-101010", "safe-20261129-080000", "fast-20301231-000000"):
+        (runs / name).mkdir(parents=True)
+    assert launch._chosen_run(request, runs) == "safe-20261129-080000"
+    fresh = launch._chosen_run(launch.TrainRequest(profile="safe", flavor="cpu", root=tmp_path), runs)
+    assert fresh.startswith("safe-") and fresh not in os.listdir(runs)

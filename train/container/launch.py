@@ -42,7 +42,7 @@ from docker.types import DeviceRequest, Mount
 from trainbox.container import build, compose, dotenv, engine, envfiles, flavors
 from trainbox.errors import UserError
 from trainbox.interrupt import StopRequested, on_stop
-from trainbox.rundir import exit_record
+from trainbox.rundir import exit_record, owner
 from trainbox.rundir.events import read_events
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.safe import Refusal
@@ -75,6 +75,8 @@ class TrainRequest:
     environment: Dict[str, str] = field(default_factory=dict)
     run_name: Optional[str] = None
     build_missing: bool = True
+    #: Go on with the newest run of the profile (``invoke train --resume``) instead of a new one.
+    resume: bool = False
 
 
 def parse_pairs(pairs: Iterable[str], what: str) -> List[str]:
@@ -229,17 +231,23 @@ def _resolve_dataset(data: Path) -> dataset.Dataset:
     return found
 
 
+def _chosen_run(request: TrainRequest, runs: Path) -> str:
+    """A run of ``invoke train`` is named by its profile (:func:`trainbox.rundir.owner.choose`): a new
+    ``PROFILE-YYYYmmdd-HHMMSS``, or with ``--resume`` the newest such run under ``runs``."""
+    return owner.choose(request.profile, None, request.resume, runs).name
+
+
 def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
     """Check the request, write .env, resolve the flavor's service and apply this run's settings.
 
     Every check on what the user gave comes before anything is written.
     """
     check_arguments(request.profile, request.overrides, request.supervisor_args)
-    run_name = _valid_run_name(request.run_name or f"{request.profile}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    values = dotenv.settings(request.flavor)
+    run_name = _valid_run_name(request.run_name or _chosen_run(request, request.root / values.get("TRAINBOX_RUNS_HOST", "runs")))
     overrides = parse_pairs(request.overrides, "--set")
     found = _resolve_dataset(request.data) if request.data is not None else None
     mounts = dataset_mounts(found) if found is not None else []
-    values = dotenv.settings(request.flavor)
     dotenv.write(request.root, values)
     variables = dict(dotenv.variables(values), TRAINBOX_RUN_NAME=run_name)
     service = compose.service(request.flavor, variables, request.root)
