@@ -296,6 +296,7 @@ BEAT = Schema(
         "epochs": whole,
         "batch": whole,
         "batches": whole,
+        "steps": whole,
         "imgs_per_s": number,
         "loss": number,
         "rank": whole,

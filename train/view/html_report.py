@@ -47,6 +47,7 @@ from trainbox.atomic import atomic_writer
 from trainbox.errors import UserError, say
 from trainbox.rundir.layout import IncidentDir, RunDir
 from trainbox.rundir.progress import STARTUP_PHASE
+from trainbox.view import counter
 from trainbox.view.runview import RunView, Stall
 from trainbox.view.runview import read as read_view
 from trainbox.view.status import checkpoint_line, duration, ladder_line, resumed_line
@@ -117,7 +118,8 @@ def _time_axis_of(view: RunView) -> TimeAxis:
 
 
 def _throughput(view: RunView) -> Tuple[str, Dict[int, List[Tuple[float, float]]]]:
-    """(what is measured, {attempt index: [(ts, value)]}): img/s when the child reports it, else batches/s from steps."""
+    """(what is measured, {attempt index: [(ts, value)]}): img/s when the child reports it, else the counter's rate
+    (steps, else batches within an epoch: :func:`trainbox.view.counter.throughput`)."""
     grouped = view.samples_by_attempt()
     reported = any(isinstance(s.get("imgs_per_s"), (int, float)) for s in view.samples)
     series: Dict[int, List[Tuple[float, float]]] = {}
@@ -126,8 +128,7 @@ def _throughput(view: RunView) -> Tuple[str, Dict[int, List[Tuple[float, float]]
             # A beat keeps the fields it left out: img/s is this epoch's in train and save, a stale one elsewhere.
             points = [(s["ts"], s["imgs_per_s"]) for s in samples if s.get("phase") in ("train", "save") and s.get("imgs_per_s")]
         else:
-            stepped = [(float(s["ts"]), s["step"]) for s in samples if isinstance(s.get("step"), int)]
-            points = [(t1, (n1 - n0) / (t1 - t0)) for (t0, n0), (t1, n1) in zip(stepped, stepped[1:]) if t1 > t0]
+            points = counter.throughput(samples)
         if points:
             series[index] = [(float(t), float(v)) for t, v in points]
     return ("images/s" if reported else "batches/s"), series
@@ -306,7 +307,7 @@ def incident_rows(view: RunView, base: Path) -> List[List[str]]:
     for n, stall in enumerate(view.stalls, 1):
         loss = view.loss(stall)
         lost = (f"{loss.steps} batches, " if loss.steps is not None else "") + duration(loss.seconds)
-        lost += "" if loss.regained else " (not regained)"
+        lost += "" if loss.regained else " (never back at that step: the silence and the restart only)"
         rows.append(
             [
                 str(n),
@@ -370,6 +371,18 @@ def slow_rows(view: RunView) -> List[List[str]]:
     return rows
 
 
+#: Past this many times the longest silence, a budget's room is only "more than" it (the figure says nothing more).
+ROOM_SHOWN = 100
+
+
+def _room(budget_s: float, longest_s: float) -> str:
+    """How many of the longest silence seen the budget holds (``3.2×``, ``more than 100×``); ``—`` without both."""
+    if longest_s <= 0 or budget_s <= 0:
+        return "—"
+    room = budget_s / longest_s
+    return f"{room:.1f}×" if room < ROOM_SHOWN else f"more than {ROOM_SHOWN}×"
+
+
 def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[Tuple[str, str]]:
     """Part 5: (what, value) pairs."""
     started, ended = view.started_ts, view.ended_ts
@@ -387,12 +400,14 @@ def summary_rows(view: RunView, deadline: Optional[datetime.datetime]) -> List[T
         ("time spent slow", _slow_summary(view, total)),
         ("attempts", str(len(view.attempts))),
         ("restarts, stalls, crashes", ", ".join(str(view.count(k)) for k in ("restart", "stall", "crash"))),
-        ("final profile", str(view.final_profile or "—")),
         ("newest checkpoint", checkpoint_line(view.snapshot, view.now)),
         ("resumed", resumed_line(view.state) or "no restart resumed from a checkpoint"),
-        ("ladder", ladder_line(view.events) or "no decision of the ladder policy"),
-        ("epochs in results.csv", f"{len(view.results)}" + (f" of {epochs}" if epochs else "")),
     ]
+    # Rows that would only say "none" for a run without profiles, a ladder or Ultralytics' results are left out.
+    ladder = ladder_line(view.events)
+    rows += [("final profile", view.final_profile)] if view.final_profile else []
+    rows += [("last ladder decision", ladder)] if ladder else []
+    rows += [("epochs in results.csv", f"{len(view.results)}" + (f" of {epochs}" if epochs else ""))] if view.results else []
     for key in sorted(k for k in last if k.startswith(METRIC_PREFIX)):
         rows.append((f"last {key}", f"{last[key]:.4f}"))
     verdict = view.deadline_verdict(deadline) if deadline else "no deadline given (trainbox report --deadline HH:MM)"
@@ -483,9 +498,10 @@ def render(view: RunView, out: Path, deadline: Optional[datetime.datetime] = Non
         for phase, data in sorted(phase_silences(view).items()):
             name, seconds = data["budgets"][-1] if data["budgets"] else ("—", 0.0)
             longest = max(data["seen"], default=0.0)
-            headroom = f"{seconds / longest:.1f}×" if longest > 0 and seconds > 0 else "—"
+            headroom = _room(seconds, longest)
             rows.append((phase, len(data["seen"]), f"{longest:.2f} s", f"{name} {seconds:g} s", headroom, len(data["stalls"])))
-        parts.append(_table(("phase", "silences seen", "longest", "budget in force (last)", "budget / longest", "stalls"), rows))
+        header = ("phase", "silences seen", "longest", "budget in force (last)", "budget, in longest silences", "stalls")
+        parts.append(_table(header, rows))
     else:
         parts.append("<p>No progress samples.</p>")
     parts.append("<h2 id='incidents'>Incidents</h2>")

@@ -51,6 +51,8 @@ def position(view: RunView) -> str:
     beat, snapshot = view.beat, view.snapshot
     if not beat:
         return "no heartbeat yet"
+    if snapshot.bar is not None:
+        return snapshot.bar.position()
     per_epoch = snapshot.batches_per_epoch
     epochs = f"/{snapshot.epochs}" if snapshot.epochs else ""
     batches = f"/{per_epoch:.0f}" if per_epoch else ""
@@ -62,7 +64,9 @@ def speed(view: RunView, deadline: Optional[datetime.datetime]) -> str:
     rate = view.beat.get("imgs_per_s")
     eta = view.eta_s()
     until = "finished" if view.finished else "ETA " + (duration(eta) if eta is not None else "unknown")
-    text = (f"{rate} img/s" if rate else "img/s unknown") + ", " + until
+    bar = view.snapshot.bar
+    told = f"{rate} img/s" if rate else bar.speed() if bar is not None and not view.finished else "img/s unknown"
+    text = told + ", " + until
     return text + (f", deadline {view.deadline_verdict(deadline)}" if deadline else "")
 
 
@@ -129,7 +133,11 @@ def frame(view: RunView, deadline: Optional[datetime.datetime], health: Optional
         ProgressBar(total=snapshot.epochs, completed=max(0, (epoch or 1) - 1)),
         f"{epoch or '?'}/{snapshot.epochs or '?'}",
     )
-    grid.add_row("batch", ProgressBar(total=per_epoch, completed=batch or 0), position(view))
+    bar = snapshot.bar  # a child that does not beat: the bar its output showed
+    if bar is not None:
+        grid.add_row(bar.unit, ProgressBar(total=bar.total, completed=bar.count), position(view))
+    else:
+        grid.add_row("batch", ProgressBar(total=per_epoch, completed=batch or 0), position(view))
     silence = view.silence()
     if silence is not None:
         ratio = silence["s"] / silence["budget_s"] if silence["budget_s"] else 0.0

@@ -45,6 +45,8 @@ from trainbox.view.slow import SlowPeriod
 MAX_RESULTS_BYTES = 4 << 20
 #: The most epochs a row may name.
 MAX_EPOCHS = 1_000_000
+#: The phases of a sample that trains: a beat's ``train``, or none when the output named none (an unlabelled bar).
+TRAINING = ("train", None)
 
 
 @dataclass(frozen=True)
@@ -226,17 +228,24 @@ class RunView:
         return grouped
 
     def loss(self, stall: Stall) -> Loss:
-        """Batches redone and wall time lost to ``stall``, from the progress samples taken after it."""
+        """Batches redone and wall time lost to ``stall``, from the progress samples taken after it.
+
+        The time is the silence before the kill, the kill, the restart up to the next attempt's first progress, and
+        the work done again until it was back at the stalled step. When it never got back there (the run ended, or
+        has not yet), only the silence, the kill and the restart are counted: never the whole next attempt.
+        """
         later = [s for s in self.samples if s["ts"] > stall.killed_ts and "step" in s]
         first = later[0] if later else None
         # A train beat comes after its batch: that attempt resumed one step before it (setup beats say where it starts).
         resumed = None if first is None else first["step"] - (1 if first.get("phase") == "train" else 0)
         steps = None if stall.last_step is None or resumed is None else max(0, stall.last_step - resumed)
-        # Regained: training again (not setting up) at or past the step the stall stopped at.
+        # Regained: working again (training, or a phase the output did not name) at or past the stalled step.
         back = next(
-            (s for s in later if stall.last_step is not None and s["step"] >= stall.last_step and s.get("phase") == "train"), None
+            (s for s in later if stall.last_step is not None and s["step"] >= stall.last_step and s.get("phase") in TRAINING),
+            None,
         )
-        until = back["ts"] if back else (self.ended_ts or self.now)
+        restarted = next((s["ts"] for s in self.samples if s["ts"] > stall.killed_ts), stall.killed_ts)
+        until = back["ts"] if back else restarted
         return Loss(steps=steps, seconds=max(0.0, until - stall.last_progress_ts), regained=back is not None)
 
     @functools.cached_property

@@ -35,10 +35,12 @@ from trainbox.errors import UserError
 from trainbox.rundir import events as events_file
 from trainbox.rundir import state as state_file
 from trainbox.rundir.layout import RunDir
+from trainbox.rundir.progress import read_samples
 from trainbox.rundir.records import rank_files, read_beat, whole
 from trainbox.supervise import settings
 from trainbox.supervise.settings import DEADLINE_FORMATS  # noqa: F401  (status' and report's --help name it)
-from trainbox.view import slow
+from trainbox.view import counter, slow
+from trainbox.view.counter import Bar
 
 #: Ultralytics' args.yaml is about 2 KiB; more is not its file (and PyYAML parses about a MiB a second).
 MAX_ARGS_BYTES = 64 * 1024
@@ -59,6 +61,8 @@ class Progress:
     #: The newest checkpoint's path (``last.pt`` for trainbox's own runs) and step, when known.
     checkpoint_path: Optional[str] = None
     checkpoint_step: Optional[int] = None
+    #: A child that does not beat: the counter its output showed, as a bar with a total, a rate and an ETA.
+    bar: Optional[Bar] = None
 
     @property
     def batches_per_epoch(self) -> Optional[float]:
@@ -68,10 +72,10 @@ class Progress:
         return (step - batch) / (epoch - 1)
 
     def eta_s(self) -> Optional[float]:
-        """Seconds of training left at the current throughput, when known."""
+        """Seconds of training left at the current throughput, when known (a bar's own, for a child that does not beat)."""
         per_epoch, rate = self.batches_per_epoch, self.beat.get("imgs_per_s")
         if per_epoch is None or not rate or not self.epochs or not self.batch_size:
-            return None
+            return self.bar.eta_s() if self.bar is not None else None
         remaining = self.epochs * per_epoch - (self.beat.get("step") or 0)
         return max(remaining, 0) * self.batch_size / rate
 
@@ -154,14 +158,17 @@ def snapshot(run: RunDir) -> Progress:
         notes.append(why)
     state = state or {}
     published = state.get("heartbeat") or {}  # the supervisor's last progress: a counter read from the output, if no beat
+    beat = _lowest_rank_beat(run) or read_beat(run.files, run.heartbeat) or published
+    read_from_output = beat is published and bool(published)
     return Progress(
         state=state,
-        beat=_lowest_rank_beat(run) or read_beat(run.files, run.heartbeat) or published,
+        beat=beat,
         events=history.records,
         epochs=args["epochs"],
         batch_size=args["batch"],
         checkpoint_mtime=checkpoint.st_mtime if checkpoint is not None else found.get("mtime"),
         notes=notes,
+        bar=counter.bar_of(beat, read_samples(run.progress).records) if read_from_output else None,
         checkpoint_path=run.last_checkpoint.name if checkpoint is not None else found.get("path"),
         checkpoint_step=None if checkpoint is not None else found.get("step"),
     )
@@ -335,16 +342,18 @@ def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[s
     lines = []
     if beat:
         source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
-        lines.append(
-            f"progress  {_place(beat, progress)}, phase {beat.get('phase', '?')}, "
-            f"last beat {duration(now - _number(beat.get('ts'), now))} ago{source}"
-        )
+        place = progress.bar.position() if progress.bar is not None else _place(beat, progress)
+        phase = f", phase {beat['phase']}" if beat.get("phase") or progress.bar is None else ""
+        lines.append(f"progress  {place}{phase}, last beat {duration(now - _number(beat.get('ts'), now))} ago{source}")
         if beat.get("imgs_per_s"):
             lines.append(f"speed     {beat['imgs_per_s']} img/s")
+        elif progress.bar is not None:
+            lines.append(f"speed     {progress.bar.speed()}")
     else:
         lines.append("progress  no heartbeat yet")
     eta = progress.eta_s()
-    lines.append(f"eta       {duration(eta) if eta is not None else 'unknown (needs a finished epoch)'}")
+    unknown = "unknown (needs a total and a rate)" if progress.bar is not None else "unknown (needs a finished epoch)"
+    lines.append(f"eta       {duration(eta) if eta is not None else unknown}")
     if health:
         lines.append(f"health    {health}")
     return lines
