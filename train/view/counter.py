@@ -81,18 +81,18 @@ def rate(samples: Sequence[Mapping[str, Any]], unit: str) -> Optional[float]:
     bar = [s for s in samples if isinstance(s.get("ts"), (int, float)) and _count(s, unit) is not None]
     if not bar:
         return None
-    newest = bar[-1]
-    window: Tuple[Mapping[str, Any], ...] = ()
-    for sample in reversed(bar):
+    newest = oldest = bar[-1]
+    taken = 1
+    for sample in reversed(bar[:-1]):
         if not _same_bar(sample, newest, unit) or newest["ts"] - sample["ts"] > RATE_WINDOW_S:
             break
-        if window and (_count(sample, unit) or 0) > (_count(window[0], unit) or 0):
+        if (_count(sample, unit) or 0) > (_count(oldest, unit) or 0):
             break  # the counter went back: an earlier pass of the bar
-        window = (sample, *window)
-    if len(window) < 2:
+        oldest, taken = sample, taken + 1
+    if taken < 2:
         return None
-    seconds = window[-1]["ts"] - window[0]["ts"]
-    advanced = (_count(window[-1], unit) or 0) - (_count(window[0], unit) or 0)
+    seconds = newest["ts"] - oldest["ts"]
+    advanced = (_count(newest, unit) or 0) - (_count(oldest, unit) or 0)
     return advanced / seconds if seconds > 0 and advanced > 0 else None
 
 

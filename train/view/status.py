@@ -343,7 +343,7 @@ def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[s
     if beat:
         source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
         place = progress.bar.position() if progress.bar is not None else _place(beat, progress)
-        phase = f", phase {beat['phase']}" if beat.get("phase") or progress.bar is None else ""
+        phase = f", phase {beat.get('phase', '?')}" if beat.get("phase") or progress.bar is None else ""
         lines.append(f"progress  {place}{phase}, last beat {duration(now - _number(beat.get('ts'), now))} ago{source}")
         if beat.get("imgs_per_s"):
             lines.append(f"speed     {beat['imgs_per_s']} img/s")
