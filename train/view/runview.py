@@ -130,8 +130,8 @@ class RunView:
     # -- the run's history, read when first asked for (the live view, once a second, needs neither) -------
     @functools.cached_property
     def progress(self) -> Records:
-        """progress.jsonl, typed (:func:`trainbox.rundir.progress.read_samples`)."""
-        return read_samples(self.run.progress)
+        """progress.jsonl, typed (:func:`trainbox.rundir.progress.read_samples`; read once: the snapshot's, if it read it)."""
+        return self.snapshot.samples if self.snapshot.samples is not None else read_samples(self.run.progress)
 
     @property
     def samples(self) -> List[Dict[str, Any]]:

@@ -36,7 +36,7 @@ from trainbox.rundir import events as events_file
 from trainbox.rundir import state as state_file
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import read_samples
-from trainbox.rundir.records import rank_files, read_beat, whole
+from trainbox.rundir.records import Records, rank_files, read_beat, whole
 from trainbox.supervise import settings
 from trainbox.supervise.settings import DEADLINE_FORMATS  # noqa: F401  (status' and report's --help name it)
 from trainbox.view import counter, slow
@@ -63,6 +63,8 @@ class Progress:
     checkpoint_step: Optional[int] = None
     #: A child that does not beat: the counter its output showed, as a bar with a total, a rate and an ETA.
     bar: Optional[Bar] = None
+    #: progress.jsonl as read for the bar (None: not read), for a caller that needs it too.
+    samples: Optional[Records] = None
 
     @property
     def batches_per_epoch(self) -> Optional[float]:
@@ -159,7 +161,7 @@ def snapshot(run: RunDir) -> Progress:
     state = state or {}
     published = state.get("heartbeat") or {}  # the supervisor's last progress: a counter read from the output, if no beat
     beat = _lowest_rank_beat(run) or read_beat(run.files, run.heartbeat) or published
-    read_from_output = beat is published and bool(published)
+    samples = read_samples(run.progress) if beat is published and published else None
     return Progress(
         state=state,
         beat=beat,
@@ -168,7 +170,8 @@ def snapshot(run: RunDir) -> Progress:
         batch_size=args["batch"],
         checkpoint_mtime=checkpoint.st_mtime if checkpoint is not None else found.get("mtime"),
         notes=notes,
-        bar=counter.bar_of(beat, read_samples(run.progress).records) if read_from_output else None,
+        bar=counter.bar_of(beat, samples.records) if samples is not None else None,
+        samples=samples,
         checkpoint_path=run.last_checkpoint.name if checkpoint is not None else found.get("path"),
         checkpoint_step=None if checkpoint is not None else found.get("step"),
     )
