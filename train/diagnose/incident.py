@@ -87,16 +87,22 @@ def render_py_spy(pid: int, dump: str) -> Optional[str]:
         return None
     lines = [f"Process {pid}: threads from py-spy dump --json"]
     for thread in threads:
-        if not isinstance(thread, dict):
-            return None
+        frames = thread.get("frames") or [] if isinstance(thread, dict) else None
+        if not isinstance(frames, list) or not all(isinstance(frame, dict) for frame in frames):
+            return None  # another py-spy's format: the faulthandler dump stands in
         status = ("active" if thread.get("active") else "idle") + ("+gil" if thread.get("owns_gil") else "")
         ident = thread.get("os_thread_id") or thread.get("thread_id")
-        name = f': "{thread["thread_name"]}"' if thread.get("thread_name") else ""
+        # A thread's name is the program's to choose: one line, so that it can never read as a thread of its own.
+        name = f': "{_one_line(thread["thread_name"])}"' if thread.get("thread_name") else ""
         lines.append(f"Thread {ident} ({status}){name}")
-        for frame in thread.get("frames") or ():
+        for frame in frames:
             where = frame.get("short_filename") or frame.get("filename")
-            lines.append(f"    {frame.get('name')} ({where}:{frame.get('line')})")
+            lines.append(f"    {_one_line(frame.get('name'))} ({_one_line(where)}:{frame.get('line')})")
     return "\n".join(lines) + "\n"
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
 
 
 def _stack_by_py_spy(pid: int, timeout: float = PY_SPY_TIMEOUT_S) -> Tuple[Optional[str], str]:
