@@ -21,6 +21,7 @@ Written to bench/results/resume.{json,md}, with the machine and the date.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ from typing import Any, Dict, List, Optional
 from common import REPO, cli_env, events, write_results
 
 from tests.real_programs import PROGRAMS_BY_NAME, Program, injected, supervise_args
+from trainbox.rundir.layout import RunDir
 from trainbox.yolo import offline
 
 #: How many distinct saves the tries kill in turn (the 1st, 2nd, 3rd checkpoint write of a fresh attempt).
@@ -58,7 +60,8 @@ def supervised(program: Program, work: Path, fault: Dict[str, str]) -> Dict[str,
     figures = timed(
         [sys.executable, "-m", "trainbox", *supervise_args(program, work)], cli_env(injected({**program.env, **fault})), work
     )
-    logs = sorted((work / "run" / "logs").glob("attempt-*.log"), key=lambda path: int(path.stem.split("-")[1]))
+    run_dir = RunDir(work / "run")
+    logs = list(itertools.takewhile(Path.is_file, (run_dir.attempt_log(number) for number in itertools.count())))
     figures["events"] = events(work / "run")
     figures["resumed"] = [program.resumed(path.read_text(errors="replace")) for path in logs]
     return figures

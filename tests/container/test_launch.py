@@ -163,7 +163,10 @@ def test_a_logs_link_made_by_the_container_is_never_written_through(tmp_path: Pa
 @pytest.mark.parametrize(
     "given, message",
     [
-        (["--profile", "saef"], "unknown profile 'saef': choose one of balanced, fast, fast-compile, safe, safe-native"),
+        (
+            ["--profile", "saef"],
+            "unknown profile 'saef' (did you mean safe?): choose one of balanced, fast, fast-compile, safe, safe-native",
+        ),
         (["--set", "epochs=abc"], "epochs=abc: expected int"),
         (["--set", "nosuchkey=1"], "unknown argument 'nosuchkey'"),
         (["--set", "data=/tmp/data.yaml"], "--set data=: the dataset is --data PATH"),

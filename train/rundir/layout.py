@@ -161,7 +161,7 @@ class IncidentDir(_Layout):
 
 @dataclass(frozen=True)
 class RunDir(_Layout):
-    """One run's directory (default ``runs/trainbox``, or ``$TRAIN_RUN_DIR``)."""
+    """One run's directory (``--run-dir``, else ``$TRAIN_RUN_DIR``, else a new ``runs/<command>-<YYYYmmdd-HHMMSS>``)."""
 
     events = Entry("events.jsonl", "the run's history, one JSON object per line")
     state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
