@@ -17,8 +17,8 @@ from typing import Dict
 
 from common import REPO, machine, span, summary, write_results
 
-from trainbox.supervise.output.progress import OutputProgress
-from trainbox.supervise.output.terminal import MAX_LINE_CHARS, TerminalLines
+from tests.reading import read_stream
+from trainbox.supervise.output.terminal import MAX_LINE_CHARS
 
 #: The size of each synthetic stream.
 SIZE = 256 << 10
@@ -40,12 +40,7 @@ def streams() -> Dict[str, bytes]:
 
 def rate(data: bytes) -> float:
     """MB/s of CPU time to read ``data`` as the reader does."""
-    lines, progress = TerminalLines(), OutputProgress()
-    started = time.process_time()
-    for start in range(0, len(data), 65536):
-        for state in lines.feed(data[start : start + 65536]):
-            progress.observe(state, 0.0)
-    return len(data) / max(time.process_time() - started, 1e-9) / 1e6
+    return len(data) / max(read_stream(data, time.process_time), 1e-9) / 1e6
 
 
 def main() -> None:

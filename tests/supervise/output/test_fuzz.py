@@ -8,6 +8,7 @@ from typing import List
 
 import pytest
 
+from tests.reading import read_stream
 from trainbox.supervise.output.progress import MAX_READ_CHARS, OutputProgress, ProgressPatternError, read, user_pattern
 from trainbox.supervise.output.terminal import MAX_LINE_CHARS, TAIL_LINES, TerminalLines
 
@@ -174,16 +175,6 @@ GROWING = {
 }
 #: The tail (200 lines of at most 4 KiB), one chunk's text and its states, as str: under a megabyte and a half.
 MEMORY_BOUND = 2 << 20
-
-
-def read_stream(data: bytes) -> float:
-    """Feed ``data`` as a pty reader would (64 KiB reads), every state to OutputProgress; the seconds it took."""
-    lines, progress = TerminalLines(), OutputProgress()
-    started = time.perf_counter()
-    for start in range(0, len(data), 65536):
-        for state in lines.feed(data[start : start + 65536]):
-            progress.observe(state, 0.0)
-    return time.perf_counter() - started
 
 
 @pytest.mark.parametrize("name", sorted(GROWING))
