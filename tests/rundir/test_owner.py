@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -36,7 +37,15 @@ STAMP = st.builds(lambda t: time.strftime(layout.RUN_STAMP, time.localtime(t)), 
         (["uv", "run", "train.py"], "train"),
         (["python", "-c", "print(1)"], "python"),
         (["./my run!.sh"], "my_run"),
-        (["python"], "run"),
+        (["python"], "python"),
+        (["env", "PYTHONPATH=/x/faults", "python", "train.py"], "train"),
+        (["env", "-u", "HOME", "A_1=2", "yolo", "train"], "yolo"),
+        (["python", "-W", "ignore", "-X", "importtime", "-u", "train.py"], "train"),
+        (["nice", "-n", "5", "python3", "-W", "ignore", "-m", "pkg.fit"], "fit"),
+        (["python", "训练.py"], "训练"),
+        (["python", "/home/me/प्रशिक्षण.py"], "प्रशिक्षण"),
+        (["python", "run.py"], "run-cmd"),
+        (["./demo"], "demo-cmd"),
     ],
 )
 def test_a_command_is_named_by_its_program_or_the_script_a_runner_runs(argv: List[str], name: str) -> None:
@@ -44,21 +53,53 @@ def test_a_command_is_named_by_its_program_or_the_script_a_runner_runs(argv: Lis
 
 
 @given(st.lists(st.text(max_size=30), min_size=1, max_size=6))
-def test_any_command_s_name_is_a_folder_name(argv: List[str]) -> None:
+def test_any_command_s_name_is_a_folder_name_and_never_trainbox_s_own(argv: List[str]) -> None:
     name = layout.command_name(argv)
-    assert name and not layout.NAME_CHARS.search(name) and name not in (".", "..") and len(name) <= 64
+    assert name and not set(name) & set("/\\\0 ") and not name.startswith((".", "-")) and len(name) <= 64
+    assert name not in layout.OWN_NAMES
+
+
+def test_a_name_without_a_letter_or_digit_is_a_short_hash_of_it_not_another_command_s() -> None:
+    one, other = layout.command_name(["python", "🚀.py"]), layout.command_name(["python", "🔥.py"])
+    assert one.startswith("cmd-") and other.startswith("cmd-") and one != other
+    assert layout.command_name(["python", "🚀.py"]) == one, "the same script, the same name"
+
+
+@given(st.lists(st.text(max_size=12), max_size=5), st.lists(st.text(max_size=12), max_size=4))
+def test_what_runs_starts_past_env_and_its_assignments(before: List[str], after: List[str]) -> None:
+    assignments = [f"V{i}={value}" for i, value in enumerate(before)]
+    argv = ["env", *assignments, "yolo", *after]
+    assert layout.program_start(argv) == 1 + len(assignments)
+    assert layout.program_start(["yolo", *after]) == 0
 
 
 def test_a_new_run_gets_a_new_directory_named_by_its_command_and_its_start(tmp_path: Path) -> None:
     first = owner.choose("train", None, False, tmp_path)
     assert first.parent == tmp_path and layout.RUN_SUFFIX.fullmatch(first.name[len("train") :])
-    first.mkdir()
+    assert first.is_dir(), "reserved as it is chosen"
     second = owner.choose("train", None, False, tmp_path)
     assert second.parent == tmp_path and second.name.startswith("train-") and second != first
     assert owner.choose("train", "exp1", False, tmp_path) == tmp_path / "exp1"
     for bad in ("../x", "a/b", "..", ""):
         with pytest.raises(UserError, match="--name"):
             owner.choose("train", bad, False, tmp_path)
+
+
+@given(st.integers(0, 4_000_000_000), st.integers(2, 6))
+def test_runs_of_one_command_started_in_one_second_each_reserve_their_own_directory(started: int, count: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        runs = Path(folder) / "runs"
+        made = [owner.reserve(runs, "train", started) for _ in range(count)]
+        assert len(set(made)) == count and all(path.is_dir() for path in made)
+        stamp = time.strftime(layout.RUN_STAMP, time.localtime(started))
+        assert [p.name for p in made] == [f"train-{stamp}"] + [f"train-{stamp}-{n}" for n in range(2, count + 1)]
+        assert layout.newest_named(runs, "train", os.listdir(runs)) == made[-1]
+
+
+def test_a_runs_folder_that_cannot_hold_a_run_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "runs").write_text("a file, not a folder")
+    with pytest.raises(UserError, match=f"^cannot make a run directory under {tmp_path}/runs/: "):
+        owner.reserve(tmp_path / "runs", "train", time.time())
 
 
 def test_resume_takes_the_newest_run_of_the_same_command(tmp_path: Path) -> None:
@@ -131,3 +172,22 @@ def test_each_run_gets_its_own_directory_resume_goes_on_and_another_command_is_r
     shown = _cli(tmp_path, "status")
     assert shown.returncode == 0
     assert shown.stdout.splitlines()[0] == f"run       runs/{runs[-1]} (the newest run under runs/; --run-dir for another)"
+
+
+def test_three_runs_of_one_command_started_together_each_run_in_a_directory_of_their_own(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('step 1/1', flush=True)\n")
+    env = cli_env()
+    env.pop("TRAIN_RUN_DIR", None)
+    argv = [sys.executable, "-m", "trainbox", "supervise", "--quiet", "--", sys.executable, "train.py"]
+    children = [subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    errors = [child.communicate(timeout=180)[1] for child in children]
+    assert [child.returncode for child in children] == [0, 0, 0], errors
+    runs = sorted(os.listdir(tmp_path / "runs"))
+    assert len(runs) == 3 and all(layout.newest_named(tmp_path / "runs", "train", [name]) for name in runs), runs
+
+
+def test_a_script_named_in_another_alphabet_keeps_its_name_and_env_before_it_is_passed_over(tmp_path: Path) -> None:
+    (tmp_path / "训练.py").write_text("print('step 1/1', flush=True)\n")
+    assert _cli(tmp_path, "supervise", "--quiet", "--", "env", "PYTHONPATH=/x/faults", sys.executable, "训练.py").returncode == 0
+    (only,) = os.listdir(tmp_path / "runs")
+    assert only.startswith("训练-") and json.loads(RunDir(tmp_path / "runs" / only).state.read_text())["command"] == "训练"

@@ -18,8 +18,11 @@ list both ways, so the table and the code cannot drift apart.
 
 Runs are named here too (:func:`run_name`): ``runs/<command>-<YYYYmmdd-HHMMSS>``, new for each run, where
 ``<command>`` is :func:`command_name` of what runs (``python train.py``: ``train``; ``yolo train ...``: ``yolo``;
-``trainbox run``/``demo``: ``run``/``demo``). :func:`newest_named` finds the newest run of a command, for
-``--resume``.
+``trainbox run``/``demo``: ``run``/``demo``, names no other command gets; a script named in any alphabet keeps
+its name, ``训练.py``: ``训练``), past ``env VAR=value`` and a runner's own options (:func:`program_start` is where
+the program itself starts, for recognising it too). :func:`newest_named` finds the newest run of a command, for
+``--resume``. A new run's name is taken by making its folder (:func:`trainbox.rundir.owner.choose`): two runs of
+one command started in the same second get ``-2``, ``-3``.
 
 Paths are only named here; they are opened, read, written and deleted through
 :attr:`RunDir.files` (:mod:`trainbox.rundir.safe`), never directly.
@@ -30,9 +33,11 @@ workers and the host-side ``invoke status`` all import it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, List, Optional, Sequence, Tuple, Type, overload
@@ -53,8 +58,21 @@ RUN_STAMP = "%Y%m%d-%H%M%S"
 RUN_SUFFIX = re.compile(r"-([0-9]{8}-[0-9]{6})(?:-([0-9]{1,6}))?")
 #: Programs that run another program: the command's name is that program's (``python -m x``, ``torchrun t.py``).
 RUNNERS = re.compile(r"(python[0-9.]*|pypy[0-9.]*|torchrun|accelerate|deepspeed|uv|env|nohup|nice|time)(\.exe)?")
-#: A command's name holds these characters only (a run directory's name; anything else becomes ``_``).
+#: What ``--name`` may hold (a folder under runs/ that any tool can type).
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+#: The names of trainbox's own runs (``trainbox run``, ``trainbox demo``): no supervised command is given one.
+OWN_NAMES = ("run", "demo")
+#: Wrappers before the program itself, passed over when naming and recognising a command (with their options).
+WRAPPERS = re.compile(r"(env|nohup|nice|time)")
+#: Runners' own options that take the next word as their value (``python -W ignore``, ``env -u VAR``).
+VALUED_OPTIONS = {
+    "python": ("-W", "-X", "--check-hash-based-pycs"),
+    "env": ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"),
+    "nice": ("-n", "--adjustment"),
+    "time": ("-f", "--format", "-o", "--output"),
+}
+#: ``NAME=value`` before the program, as ``env`` takes it.
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 class Documented:
@@ -248,42 +266,70 @@ class RunDir(_Layout):
             started += 1
 
 
+def program_start(argv: Sequence[str]) -> int:
+    """Where the program proper starts in ``argv``: past ``env VAR=value ...`` and the other wrappers of
+    :data:`WRAPPERS` with their own options (``env PYTHONPATH=/x yolo train``: 2, ``nice -n 5 python t.py``: 3)."""
+    at = 0
+    while at < len(argv) and WRAPPERS.fullmatch(os.path.basename(argv[at])):
+        wrapper = _runner(argv[at])
+        at += 1
+        while at < len(argv) and (argv[at].startswith("-") or (wrapper == "env" and ASSIGNMENT.match(argv[at]))):
+            at += 2 if argv[at] in VALUED_OPTIONS.get(wrapper, ()) else 1
+    return min(at, len(argv))
+
+
+def _runner(word: str) -> str:
+    """A runner's name as :data:`VALUED_OPTIONS` knows it: ``python3.11`` and ``pypy3`` are ``python``."""
+    name = os.path.basename(word)
+    name = name[: -len(".exe")] if name.endswith(".exe") else name
+    return "python" if name.startswith(("python", "pypy")) else name
+
+
 def command_name(argv: Sequence[str]) -> str:
     """The name a command's runs are called by: its program's, or the script or module a runner runs.
 
     ``python train.py`` and ``torchrun --nproc-per-node 2 train.py``: ``train``; ``python -m pkg.fit``: ``fit``;
-    ``yolo train ...``: ``yolo``; a runner's own options (``-u``, ``--nproc-per-node 2``) are passed over, a
-    ``launch`` or ``run`` subcommand (``accelerate launch``, ``uv run``) too; ``python -c ...`` is ``python``.
+    ``yolo train ...``: ``yolo``; a runner's own options (``-u``, ``-W ignore``, ``--nproc-per-node 2``) are passed
+    over, ``env VAR=value`` too, a ``launch`` or ``run`` subcommand (``accelerate launch``, ``uv run``) too;
+    ``python -c ...`` is ``python``. Never the name of trainbox's own runs (:data:`OWN_NAMES`).
     """
-    words = list(argv)
+    words, runner = list(argv), ""
     while words and RUNNERS.fullmatch(os.path.basename(words[0])):
-        words = words[1:]
-        while words and (words[0].startswith("-") or words[0] in ("launch", "run")):
+        runner = _runner(words.pop(0))
+        while words and (words[0].startswith("-") or words[0] in ("launch", "run") or _assigns(runner, words[0])):
             option = words.pop(0)
             if option == "-m" and words:
                 return _named(words[0].rsplit(".", 1)[-1])
             if option == "-c":
                 return "python"
-            takes_value = option.startswith("--") and "=" not in option and bool(words) and not words[0].startswith("-")
-            if takes_value and not words[0].endswith(".py"):
-                words.pop(0)  # the option's value (--nproc-per-node 2), unless it is the script
-    return _named(os.path.splitext(os.path.basename(words[0]))[0] if words else "")
+            valued = option in VALUED_OPTIONS.get(runner, ())
+            long_valued = option.startswith("--") and "=" not in option and bool(words) and not words[0].startswith("-")
+            if words and (valued or (long_valued and not words[0].endswith(".py"))):
+                words.pop(0)  # the option's value (--nproc-per-node 2, -W ignore), unless it is the script
+    return _named(os.path.basename(words[0]) if words else runner)  # a runner alone (``python``) is itself
+
+
+def _assigns(runner: str, word: str) -> bool:
+    return runner == "env" and ASSIGNMENT.match(word) is not None
 
 
 def _named(word: str) -> str:
-    return NAME_CHARS.sub("_", word).strip("._-")[:64] or "run"
+    """A program's file name as a folder name: its letters and digits in any script (``训练.py``: ``训练``), a short
+    hash of it when none is left, and never one of :data:`OWN_NAMES` (``run.py``: ``run-cmd``)."""
+    stem = os.path.splitext(word)[0]
+    kept = "".join(c if c in "._-" or unicodedata.category(c)[0] in "LNM" else "_" for c in stem).strip("._-")[:64]
+    if not kept:  # no letter or digit in it: a name of its own all the same
+        return f"cmd-{hashlib.sha256(word.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    if kept in OWN_NAMES:
+        return f"{kept}-cmd"
+    return kept
 
 
-def run_name(command: str, started: float, taken: Sequence[str] = ()) -> str:
-    """``<command>-<YYYYmmdd-HHMMSS>`` (local time) of a run started at ``started``; ``-2``, ``-3`` ... after it
-    while that name is ``taken`` (two runs of one command started within a second)."""
+def run_name(command: str, started: float, number: int = 1) -> str:
+    """``<command>-<YYYYmmdd-HHMMSS>`` (local time) of a run started at ``started``; ``-2``, ``-3`` ... for the
+    ``number``-th run of one command started within that second (:func:`trainbox.rundir.owner.choose`)."""
     name = f"{command}-{time.strftime(RUN_STAMP, time.localtime(started))}"
-    number = 1
-    found = name
-    while found in taken:
-        number += 1
-        found = f"{name}-{number}"
-    return found
+    return name if number <= 1 else f"{name}-{number}"
 
 
 def newest_named(runs: Path, command: str, names: Sequence[str]) -> Optional[Path]:

@@ -10,7 +10,9 @@ recorded command is another. A directory from before the name was recorded, or w
 
 :func:`choose` is where a command runs when the person named no directory: a new
 ``runs/<command>-<YYYYmmdd-HHMMSS>`` (:func:`trainbox.rundir.layout.run_name`), ``runs/NAME`` for ``--name``,
-or with ``--resume`` the newest run of the same command under ``runs/`` (by the time in its name).
+or with ``--resume`` the newest run of the same command under ``runs/`` (by the time in its name). A new run's
+directory is reserved as it is chosen: made with a ``mkdir`` that fails on a name already there, then ``-2``,
+``-3`` ..., so runs of one command started in the same second (a sweep started by a script) each get their own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from trainbox.rundir.layout import RunDir
 
 #: Names of runs listed under ``runs/`` when choosing one (years of runs of one person).
 MAX_RUNS_LISTED = 100_000
+#: Runs of one command started within one second that get a name of their own (``-2`` ... ``-N``).
+MAX_SAME_SECOND = 10_000
 
 
 def recorded_command(run: RunDir) -> Optional[str]:
@@ -62,10 +66,26 @@ def choose(command: str, name: Optional[str], resume: bool, runs: Path = layout.
         if layout.NAME_CHARS.search(name) or name in (".", "..") or not name:
             raise UserError(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it is a folder under {runs}/)")
         return runs / name
-    listed = _listing(runs)
     if resume:
-        found = layout.newest_named(runs, command, listed)
+        found = layout.newest_named(runs, command, _listing(runs))
         if found is None:
             raise UserError(f"--resume: no run of `{command}` under {runs}/ to go on with; leave out --resume to start one")
         return found
-    return runs / layout.run_name(command, time.time(), listed)
+    return reserve(runs, command, time.time())
+
+
+def reserve(runs: Path, command: str, started: float) -> Path:
+    """A new run directory of ``command`` under ``runs``, made (see the module docstring); a UserError when
+    ``runs`` cannot hold one."""
+    try:
+        runs.mkdir(parents=True, exist_ok=True)  # the folder of runs, not a run directory
+        for number in range(1, MAX_SAME_SECOND + 1):
+            found = runs / layout.run_name(command, started, number)
+            try:
+                found.mkdir()  # fails on a name another run took, even one started a moment ago
+                return found
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise UserError(f"cannot make a run directory under {runs}/: {exc.strerror or exc}") from None
+    raise UserError(f"{MAX_SAME_SECOND} runs of `{command}` under {runs}/ started in the same second: give --name")

@@ -118,3 +118,18 @@ def test_options_are_read_and_removed_in_both_spellings() -> None:
     assert option(argv, "--x") == "2" and option(["--x"], "--x") is None
     assert without(argv, "--x") == ["a", "--y"]
     assert glob_escape("a*b?[c]") == "a[*]b[?][[]c]"
+
+
+@pytest.mark.parametrize("prefix", [["env", "VAR=1"], ["/usr/bin/env", "-u", "HOME", "A=b", "B="], ["nice", "-n", "5"]])
+def test_a_program_behind_env_and_its_assignments_is_recognised_and_its_prefix_kept(prefix: List[str]) -> None:
+    program = recognise([*prefix, "yolo", "train", "data=coco8.yaml"])
+    assert program is not None and program.name == "yolo"
+    assert program.resumed([*prefix, "yolo", "train", "data=coco8.yaml", "model=yolo11n.pt"], "/r/last.pt") == [
+        *prefix,
+        "yolo",
+        "train",
+        "data=coco8.yaml",
+        "resume=True",
+        "model=/r/last.pt",
+    ]
+    assert recognise([*prefix, "python", "train.py"]) is None

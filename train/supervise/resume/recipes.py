@@ -38,9 +38,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
+
+from trainbox.rundir.layout import program_start
 
 #: A training script is a few KiB to a few hundred; past this it is not read for clues (nor a config file).
 MAX_SCRIPT_BYTES = 512 * 1024
@@ -236,6 +238,11 @@ def _lightning_resumed(argv: Sequence[str], checkpoint: str) -> List[str]:
     return [*without(argv, "--ckpt_path"), "--ckpt_path", checkpoint]
 
 
+def _behind(prefix: Sequence[str], rewrite: Rewrite) -> Rewrite:
+    """``rewrite`` of the program's own words, ``prefix`` (``env VAR=1``) kept before them."""
+    return lambda argv, checkpoint: [*prefix, *rewrite(argv[len(prefix) :], checkpoint)]
+
+
 # -- recognising -------------------------------------------------------------------------------------------------------
 
 
@@ -245,7 +252,12 @@ def glob_escape(text: str) -> str:
 
 
 def recognise(argv: Sequence[str]) -> Optional[Program]:
-    """The program ``argv`` runs, when trainbox knows how it resumes (see the module docstring); else None."""
+    """The program ``argv`` runs, when trainbox knows how it resumes (see the module docstring); else None.
+    ``env VAR=value ...`` before it is passed over (:func:`trainbox.rundir.layout.program_start`) and kept."""
+    start = program_start(argv)
+    if start:
+        found = recognise(argv[start:])
+        return None if found is None else replace(found, rewrite=_behind(argv[:start], found.rewrite))
     if _is_yolo_train(argv):
         return Program("yolo", _yolo_globs(argv), _yolo_resumed, workers="workers")
     output = option(argv, *HF_OUTPUT)
