@@ -11,13 +11,13 @@ import pytest
 import trainbox.diagnose.incident
 import trainbox.rundir.layout
 from tests.paths import REPO
-from trainbox.rundir.layout import IncidentDir, RunDir
+from trainbox.rundir.layout import IncidentDir, JobDir, RunDir
 
 
-def documented_layout() -> List[str]:
-    """The paths of the run-directory table (docs/contract.md, section "The run directory")."""
+def documented_layout(heading: str = "## The run directory") -> List[str]:
+    """The paths of a layout table of docs/contract.md (by default the section "The run directory")."""
     text = (REPO / "docs" / "contract.md").read_text()
-    section = text[text.index("## The run directory") :]
+    section = text[text.index(heading) :]
     table = section[section.index("| path | what |") :].split("\n\n", 1)[0]
     rows = table.splitlines()[2:]  # the header and its separator
     paths = [re.fullmatch(r"\| `([^`]+)` \| .+ \|", row) for row in rows]
@@ -32,6 +32,20 @@ def test_the_documented_layout_table_is_rundirs_entries_both_ways() -> None:
     assert len(set(named)) == len(named), "a path named twice in RunDir"
     assert not set(documented) - set(named), f"in the documented table but not in RunDir: {set(documented) - set(named)}"
     assert not set(named) - set(documented), f"in RunDir but not in the documented table: {set(named) - set(documented)}"
+
+
+def test_the_documented_job_directory_table_is_jobdirs_entries_in_order() -> None:
+    assert documented_layout("## The job directory") == [path for path, _ in JobDir.entries()]
+
+
+def test_a_job_directory_names_its_nodes_and_their_run_directories(tmp_path: Path) -> None:
+    job = JobDir(tmp_path)
+    for name in ("node-1", "node-0", "node-x", "node-12", "other"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "node-3").write_text("a file is no node")
+    assert job.nodes() == [0, 1, 12]
+    assert RunDir(job.node(1)).events == tmp_path / "node-1" / "events.jsonl"
+    assert job.incident_part(2, 20261206030405, 1) == tmp_path / "incidents" / "2-20261206030405-1.json"
 
 
 def test_incident_docstring_lists_every_incident_file() -> None:
@@ -52,13 +66,13 @@ def test_paths_and_numbered_paths_resolve_under_the_root(tmp_path: Path) -> None
     assert run.incident(20261123155507, 2).stack(7) == report / "stacks" / "7.txt"
     assert run.incident(20261123155507, 2).gpu == report / "gpu.txt"
     assert run.lock == tmp_path / "supervisor.lock"
-    for path, _ in RunDir.entries() + IncidentDir.entries():
+    for path, _ in RunDir.entries() + IncidentDir.entries() + JobDir.entries():
         assert not path.startswith("/") and ".." not in path, path
 
 
 def test_no_module_spells_a_run_directory_file_name_itself() -> None:
     """Every run-directory path in code goes through RunDir: no file name of it as a string, no folder of it joined."""
-    parts = {part for path, _ in RunDir.entries() + IncidentDir.entries() for part in path.strip("/").split("/")}
+    parts = {part for path, _ in RunDir.entries() + IncidentDir.entries() + JobDir.entries() for part in path.strip("/").split("/")}
     files = sorted(p for p in parts if "." in p and "<" not in p)
     # "train" is also the source folder's name (bench/images.py edits train/__init__.py): only its files are checked.
     folders = sorted(p for p in parts if "." not in p and "<" not in p and p != "train")

@@ -74,3 +74,18 @@ def test_a_stopped_process_is_continued_after_sigterm_and_ends_well_within_the_g
     # Ended by the SIGTERM, not killed: without the SIGCONT it would still be stopped when the 20 s grace ran out.
     assert result["continued"] == [child.pid] and result["terminated"] == [child.pid] and result["killed"] == []
     assert child.returncode == -signal.SIGTERM
+
+
+def test_a_torchrun_rank_is_described_with_its_rank_and_a_plain_process_without() -> None:
+    """The incident's processes.json says whose stack is whose: torchrun's variables, read from each process."""
+    env = dict(os.environ, RANK="3", LOCAL_RANK="1", GROUP_RANK="1")
+    ranked = subprocess.Popen(["sleep", "30"], env=env)
+    plain = subprocess.Popen(["sleep", "30"], env={k: v for k, v in os.environ.items() if k not in proctree.RANK_VARIABLES})
+    try:
+        rows = {row["pid"]: row for row in proctree.describe([psutil.Process(ranked.pid), psutil.Process(plain.pid)])}
+        assert (rows[ranked.pid]["rank"], rows[ranked.pid]["local_rank"], rows[ranked.pid]["group_rank"]) == (3, 1, 1)
+        assert "rank" not in rows[plain.pid]
+    finally:
+        for proc in (ranked, plain):
+            proc.kill()
+            proc.wait()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -44,12 +45,15 @@ from typing import Any, List, Optional, Sequence, Tuple, Type, overload
 
 from trainbox.rundir.safe import RunFiles
 
-#: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>``, ``<pid>`` or ``<rank>``.
-PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>", "<rank>")
+#: What a numbered entry's placeholders may be: ``<session>``, ``<attempt>``, ``<n>``, ``<pid>``, ``<rank>`` or ``<node>``.
+PLACEHOLDERS = ("<session>", "<attempt>", "<n>", "<pid>", "<rank>", "<node>")
 #: An incident report's folder name, ``<session>-<attempt>``: what a ``stall`` event's ``incident`` must end in.
 INCIDENT_NAME = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 #: Names listed when looking for a free session number (a run has a few reports per day).
 MAX_INCIDENTS_LISTED = 1_000_000
+#: A job directory is listed for its node folders: far more nodes than any job here has, so a hostile folder of
+#: millions of names costs a bounded listing.
+MAX_NODES_LISTED = 100_000
 #: Where runs are kept, under the folder trainbox is started from.
 RUNS = Path("runs")
 #: A run's start in its name (local time, as a person reads it; the names of one command sort by it).
@@ -264,6 +268,40 @@ class RunDir(_Layout):
             if str(session) not in taken:
                 return session
             started += 1
+
+
+@dataclass(frozen=True)
+class JobDir(_Layout):
+    """A job of several nodes (a Slurm job): one directory on the filesystem every node sees, one run directory per
+    node in it, and what only the job as a whole knows (``runs/<command>-<jobid>/``)."""
+
+    job = Entry("job.json", "the job as the scheduler started it: its id, its nodes, how often it was requeued")
+    node = Numbered("node-<node>/", "node `<node>`'s run directory (`SLURM_NODEID`), laid out as the table above")
+    incident = Entry(
+        "incident.json",
+        "the newest job-level stall: every silent rank of every node that reported, and the first one to go silent "
+        "(the one the others wait for)",
+    )
+    incident_part = Numbered(
+        "incidents/<node>-<session>-<attempt>.json",
+        "what node `<node>` saw of a stall of its attempt `<attempt>` (session as above): its ranks, each one's last "
+        "step and whether it waits for its peers",
+    )
+
+    def nodes(self) -> List[int]:
+        """The numbers of the node folders there are (folders reached without a link), in order."""
+        listed = self.files.list_dir(self.root, MAX_NODES_LISTED).value or []
+        numbers = ((self.node.number_of(name), name) for name in listed)
+        return sorted(n for n, name in numbers if n is not None and self._folder(name))
+
+    def _folder(self, name: str) -> bool:
+        found = self.files.stat(self.root / name).value
+        return found is not None and stat.S_ISDIR(found.st_mode)
+
+    @property
+    def files(self) -> RunFiles:
+        """The safe file operations of the job directory (:mod:`trainbox.rundir.safe`)."""
+        return RunFiles(self.root)
 
 
 def program_start(argv: Sequence[str]) -> int:

@@ -334,11 +334,30 @@ def describe(procs: Iterable[psutil.Process]) -> List[Dict[str, Any]]:
                         "cpu_system_s": round(cpu.system, 2),
                         "rss_mb": round(proc.memory_info().rss / 2**20, 1),
                         "started": round(proc.create_time(), 2),
+                        **_ranks(proc),
                     }
                 )
         except (psutil.Error, OSError):
             continue
     return rows
+
+
+#: The variables torchrun gives each rank (and which its DataLoader workers inherit): whose stack is whose.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK")
+
+
+def _ranks(proc: psutil.Process) -> Dict[str, int]:
+    """``rank``, ``local_rank`` and ``group_rank`` (the node) from the process's environment, where torchrun set them."""
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return {}
+    found = {}
+    for name in RANK_VARIABLES:
+        value = env.get(name, "")
+        if value.isdigit():
+            found[name.lower()] = int(value)
+    return found
 
 
 def _proc_text(pid: int, name: str) -> str:
