@@ -6,6 +6,7 @@ Layers (markers registered in pyproject.toml):
   fixture, marked here);
 * ``training``: trains for real, Ultralytics or torch (tests that use the ``demo_data`` fixture, marked
   here, and tests marked by hand);
+* ``slurm``: needs a real Slurm cluster on this machine (every test that uses ``slurm_cluster``, marked here);
 * ``slow``: over about a minute on 2 cores without being either of the above.
 
 ``python -m pytest -n 4 -m "not docker and not training"`` is the inner loop; CI runs everything, in parallel
@@ -29,7 +30,13 @@ from tests.hosts import h100_host, host_copy  # noqa: F401  (fixtures for every 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 #: fixture -> the layer every test that uses it (directly or through another fixture) belongs to.
-LAYER_OF_FIXTURE = {"docker_api": "docker", "engine1": "docker", "engine2": "docker", "demo_data": "training"}
+LAYER_OF_FIXTURE = {
+    "docker_api": "docker",
+    "engine1": "docker",
+    "engine2": "docker",
+    "demo_data": "training",
+    "slurm_cluster": "slurm",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks it adds
@@ -43,6 +50,10 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
             # images (a session fixture builds each once per worker) and the checkout's .env, which they rewrite.
             # Modules that share neither name a group of their own (tests/container/conftest.py: OWN_IMAGES).
             item.add_marker(pytest.mark.xdist_group("docker"))
+        if item.get_closest_marker("slurm") and not item.get_closest_marker("xdist_group"):
+            # One Slurm cluster (a session fixture, tests/slurm/conftest.py) on one worker: its two one-CPU nodes run
+            # the jobs one after another.
+            item.add_marker(pytest.mark.xdist_group("slurm"))
     # A group's tests run in collection order on its worker; a stable sort keeps that order otherwise.
     items.sort(key=lambda item: item.get_closest_marker("last_in_group") is not None)
 
