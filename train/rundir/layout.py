@@ -187,6 +187,10 @@ class RunDir(_Layout):
 
     events = Entry("events.jsonl", "the run's history, one JSON object per line")
     state = Entry("state.json", "the supervisor's current state (read by `health` and `invoke status`)")
+    first_start = Entry(
+        "first-start.json",
+        "when the run first started (unix time, written once): a restart resumes only from checkpoints written since",
+    )
     heartbeat = Entry("heartbeat.json", "the child's last beat")
     rank_heartbeat = Numbered(
         "heartbeats/rank-<rank>.json",

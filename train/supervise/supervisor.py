@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol
 from trainbox import errors, interrupt
 from trainbox.errors import DiskFull, ExitCode, Stuck, TrainboxError, say
 from trainbox.rundir.events import HistoryRefused, history
+from trainbox.rundir.first_start import first_start
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.lock import RunLock
 from trainbox.rundir.safe import Refusal
@@ -73,12 +74,6 @@ def _restart_line(number: int, after: Outcome, following: Next, launch: Launch, 
         + (f": {following.reason}" if following.retry else "")
         + resumed_words(launch.resumed)
     )
-
-
-def _began(records: List[Dict[str, Any]], now: float) -> float:
-    """When the run began: its first ``start`` event (a run named again goes on), else ``now``."""
-    starts = [r.get("ts") for r in records if r.get("event") == "start" and isinstance(r.get("ts"), (int, float))]
-    return min([now, *starts])
 
 
 class Attempts(Protocol):
@@ -143,7 +138,8 @@ class Supervisor:
             lock.release()
             raise HistoryRefused.at(self.run_dir.events, past.refused or Refusal.UNREADABLE)
         self.session = self.run_dir.new_session(time.time())
-        self.resumer = Resumer(self.settings, self.run_dir.root, _began(past.records, time.time()))  # resume/resumer.py
+        began = first_start(self.run_dir, past.records, time.time())  # a run's checkpoints are those written since
+        self.resumer = Resumer(self.settings, self.run_dir.root, began.ts, new=began.new)  # resume/resumer.py
         if self.settings.notify:  # after the lock: a supervisor refused there tells nobody anything
             self._notifier = notifier.attach(self.record, self.settings.notify_command, self.settings.notify_events, self._at)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in interrupt.STOP_SIGNALS}
@@ -230,7 +226,7 @@ class Supervisor:
                 outcome.kind = OutcomeKind.STOPPED  # it came as the attempt ended (while a report was written): no restart
             if outcome.kind is OutcomeKind.MOVED:  # a probe at a checkpoint: no stall, crash or restart to count
                 following = outcome.detail["next"]
-                running = self.resumer.launch(following.launch, restart=True, reached=outcome.last_beat)
+                running = self.resumer.launch(following.launch, restart=True, after=outcome)
                 if self._probe(self.attempt + 1, launch, following, running):
                     return self._stopped(outcome)
                 self.attempt, launch, policy = self.attempt + 1, following.launch, self._policy(following.launch)
@@ -253,7 +249,7 @@ class Supervisor:
                 return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
             if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(following.launch)
-            running = self.resumer.launch(following.launch, restart=True, reached=outcome.last_beat)
+            running = self.resumer.launch(following.launch, restart=True, after=outcome)
             if self._back_off(self.attempt + 1, outcome, launch, following, running, decision.delay_s):
                 return self._stopped(outcome)
             self.attempt += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -31,7 +32,9 @@ def test_yolo_train_steps_its_workers_down_by_half_then_to_none() -> None:
     assert rungs(["yolo", "train", "workers=1"]) == [("workers-1", []), ("workers-0", ["workers=0"])]
 
 
-def test_a_trainer_script_steps_its_dataloader_workers_down() -> None:
+def test_a_trainer_script_steps_its_dataloader_workers_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("args = TrainingArguments(output_dir='o')\n")  # what makes it a Trainer script
     argv = ["python", "t.py", "--output_dir", "o", "--dataloader_num_workers", "4"]
     assert rungs(argv) == [
         ("workers-4", []),

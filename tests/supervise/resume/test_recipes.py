@@ -56,7 +56,9 @@ def test_yolo_s_project_and_name_and_its_runs_folder_say_where_last_pt_is(
     assert in_checkout is not None and f"{tmp_path}/runs/*/train*/weights/last.pt" in in_checkout.globs
 
 
-def test_a_trainer_script_resumes_from_its_newest_checkpoint_folder() -> None:
+def test_a_trainer_script_resumes_from_its_newest_checkpoint_folder(tmp_path: Path) -> None:
+    (tmp_path / "run_clm.py").write_text("parser = HfArgumentParser((ModelArguments, TrainingArguments))\n")
+    (tmp_path / "train.py").write_text("args = TrainingArguments(output_dir=given.output_dir)\n")
     argv = ["python", "run_clm.py", "--output_dir", "out", "--resume_from_checkpoint", "old", "--dataloader_num_workers", "4"]
     program = recognise(argv)
     assert program is not None and (program.name, program.globs) == ("hf", ("out/checkpoint-*",))
@@ -67,9 +69,17 @@ def test_a_trainer_script_resumes_from_its_newest_checkpoint_folder() -> None:
     assert recognise(["torchrun", "train.py", "--output-dir=o"]).globs == ("o/checkpoint-*",)  # type: ignore[union-attr]
 
 
+def test_a_script_is_taken_for_a_known_program_only_when_it_can_take_the_resume(tmp_path: Path) -> None:
+    (tmp_path / "plain.py").write_text("parser = argparse.ArgumentParser()\nparser.add_argument('--output_dir')\n")
+    assert recognise(["python", "plain.py", "--output_dir", "out"]) is None, "no Trainer arguments: no --resume_from_checkpoint"
+    assert recognise(["python", "missing.py", "--output_dir", "out"]) is None
+    assert recognise(["python", "plain.py", "--out_dir=o", "--init_from=scratch"]) is None, "nanoGPT's words, not its script"
+
+
 def test_nanogpt_resumes_with_init_from_and_its_out_dir_from_flag_config_or_script(tmp_path: Path) -> None:
     config = tmp_path / "train_char.py"
     config.write_text("out_dir = 'out-char'\neval_interval = 250\n")
+    (tmp_path / "train.py").write_text("init_from = 'scratch'\nexec(open('configurator.py').read())\n")
     argv = ["python", "train.py", str(config), "--init_from=scratch", "--max_iters=100"]
     program = recognise(argv)
     assert program is not None and program.name == "nanogpt" and program.globs == ("out-char/ckpt.pt",)
@@ -82,7 +92,7 @@ def test_nanogpt_resumes_with_init_from_and_its_out_dir_from_flag_config_or_scri
     ]
     flagged = recognise([*argv, "--out_dir=mine"])
     assert flagged is not None and flagged.globs == ("mine/ckpt.pt",)
-    script = tmp_path / "train.py"
+    script = tmp_path / "train2.py"
     script.write_text("init_from = 'scratch'\nout_dir = 'o'\nexec(open('configurator.py').read())\n")
     by_text = recognise(["python3", str(script)])
     assert by_text is not None and by_text.globs == ("o/ckpt.pt",) and by_text.workers is None

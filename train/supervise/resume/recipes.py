@@ -9,15 +9,17 @@ apart by their command, so the built-in ladder rungs (:mod:`trainbox.supervise.l
 What is recognised, from the command alone (and, for a Python script, its own text, read up to
 :data:`MAX_SCRIPT_BYTES`):
 
-* **yolo**: ``yolo [TASK] train ...`` (or ``ultralytics``). Its ``last.pt`` is ``<project>/<name>*/weights/last.pt``
+* **yolo**: ``yolo [TASK] train ...`` (or ``ultralytics``). Its ``last.pt`` is ``<project>/<name>/weights/last.pt``
   under Ultralytics' runs folder (``runs_dir`` of its settings file, else ``runs/`` at the top of the git checkout
-  or here), any task. The restart
+  or here), any task, where the folder is named by Ultralytics' own rule: ``name``, else ``name2``, ``name3`` ...
+  (:data:`YOLO_TAKEN`), so ``name=exp`` never matches ``exp_lr2`` of a sweep. The restart
   adds ``resume=True model=<last.pt>``: with a path, Ultralytics resumes that file, where a bare ``resume=True``
   would search the whole working directory.
-* **hf**: a command with ``--output_dir DIR`` (a ``Trainer`` script). Its checkpoints are ``DIR/checkpoint-N``,
+* **hf**: a command with ``--output_dir DIR`` whose script builds a ``Trainer``'s arguments (``TrainingArguments``
+  or ``HfArgumentParser`` in its text). Its checkpoints are ``DIR/checkpoint-N``,
   each complete once its ``trainer_state.json`` is there. The restart adds ``--resume_from_checkpoint <dir>``.
-* **nanogpt**: a command with ``--init_from=`` or ``--out_dir=`` (nanoGPT's ``--key=value`` overrides), or a script
-  that reads nanoGPT's ``configurator.py`` and has ``init_from``. Its checkpoint is ``<out_dir>/ckpt.pt``
+* **nanogpt**: a script that reads nanoGPT's ``configurator.py`` and has ``init_from`` (a command's ``--out_dir=``
+  alone says nothing: many scripts take one). Its checkpoint is ``<out_dir>/ckpt.pt``
   (``--out_dir=``, else the ``out_dir = '...'`` of its config files or script, else ``out``). The restart adds
   ``--init_from=resume``: nanoGPT reads that one file.
 * **lightning**: a command with ``--ckpt_path``, or a script that imports Lightning and declares a ``--ckpt_path``
@@ -27,9 +29,11 @@ What is recognised, from the command alone (and, for a Python script, its own te
 The words a recipe adds replace the same option already in the command (``init_from=scratch``, an old
 ``model=``), so the command says one thing. Globs are relative to the working directory unless absolute.
 
-Limits. Recognition reads words, not meaning: a script that takes ``--output_dir`` but is no ``Trainer`` is
-taken for one, harmlessly, since it never writes a ``checkpoint-N`` with a ``trainer_state.json``. A program
-configured from a file (a YAML of Trainer arguments) shows none of its options here and is not recognised: give
+Limits. Recognition reads words, not meaning: a ``Trainer`` script with an argparse of its own may have no
+``--resume_from_checkpoint``; it refuses the words with its usage error, and the run withdraws them
+(:mod:`trainbox.supervise.resume.refusal`). Two ``yolo train`` runs of one ``name`` started together in one
+folder get ``name`` and ``name2``, both by the rule: the time a run first started tells them apart only from
+older runs. A program configured from a file (a YAML of Trainer arguments) shows none of its options here and is not recognised: give
 ``--resume-args`` and ``--checkpoint`` for it.
 """
 
@@ -40,7 +44,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Pattern, Sequence, Tuple
 
 from trainbox.rundir.layout import program_start
 
@@ -50,6 +54,13 @@ MAX_SCRIPT_BYTES = 512 * 1024
 YOLO_SETTINGS = "settings.json"
 #: Where a Lightning fit keeps its checkpoints by default (``ModelCheckpoint`` under the logger's version folder).
 LIGHTNING_GLOBS = ("lightning_logs/*/checkpoints/*.ckpt", "checkpoints/*.ckpt")
+
+#: Programs that run a Python script named later in the command: its text says what it can take.
+SCRIPT_RUNNERS = re.compile(r"(python[0-9.]*|torchrun|accelerate|deepspeed)")
+#: The words in a script that build a Hugging Face ``Trainer``'s arguments, and so take ``--resume_from_checkpoint``.
+HF_ARGUMENTS = ("TrainingArguments", "HfArgumentParser")
+#: Ultralytics' own folder naming (``increment_path``): ``name``, else ``name`` and a number from 2 on.
+YOLO_TAKEN = r"(?:[2-9]|[1-9][0-9]+)?"
 
 #: A recipe's rewrite: the command and a checkpoint's path to the command that resumes from it.
 Rewrite = Callable[[Sequence[str], str], List[str]]
@@ -65,6 +76,12 @@ class Program:
     rewrite: Rewrite
     #: The worker-count option its built-in rungs lower (``workers=`` or ``--dataloader_num_workers``), if any.
     workers: Optional[str] = None
+    #: What a match of the globs must also end with to be this run's (a glob cannot say ``name`` or ``name<n>``).
+    keep: Optional[Pattern[str]] = None
+
+    def own(self, path: Path) -> bool:
+        """Whether ``path``, a match of the globs, is where this program writes (:attr:`keep`)."""
+        return self.keep is None or self.keep.search(path.as_posix()) is not None
 
     def resumed(self, argv: Sequence[str], checkpoint: str) -> List[str]:
         """``argv`` told to resume from ``checkpoint``."""
@@ -109,11 +126,12 @@ def pairs(argv: Sequence[str]) -> dict:
 
 
 def _script(argv: Sequence[str]) -> Optional[str]:
-    """The Python script a command runs (``python train.py ...`` or ``./train.py``), None for anything else."""
+    """The Python script a command runs (``python train.py ...``, ``./train.py``, ``torchrun train.py``), None for
+    anything else."""
     first = Path(argv[0]).name if argv else ""
     if first.endswith(".py"):
         return argv[0]
-    if re.fullmatch(r"python[0-9.]*", first):
+    if SCRIPT_RUNNERS.fullmatch(first):
         return next((word for word in argv[1:] if word.endswith(".py") and not word.startswith("-")), None)
     return None
 
@@ -160,10 +178,19 @@ def _yolo_runs_dirs() -> List[str]:
     return found + ([str(root / "runs")] if root is not None else []) + ["runs"]
 
 
+def _yolo_name(argv: Sequence[str]) -> str:
+    return pairs(argv).get("name") or "train"
+
+
+def _yolo_keep(argv: Sequence[str]) -> Pattern[str]:
+    """A ``last.pt`` of this run's folder by Ultralytics' naming: ``exp`` or ``exp2``, never ``exp_lr2``."""
+    return re.compile(f"(?:^|/){re.escape(_yolo_name(argv))}{YOLO_TAKEN}/weights/last\\.pt$")
+
+
 def _yolo_globs(argv: Sequence[str]) -> Tuple[str, ...]:
     given = pairs(argv)
-    project, name = given.get("project", ""), given.get("name") or "train"
-    tail = f"{glob_escape(name)}*/weights/last.pt"
+    project, name = given.get("project", ""), _yolo_name(argv)
+    tail = f"{glob_escape(name)}*/weights/last.pt"  # the folders of other names are left out by _yolo_keep
     if project and os.path.isabs(project):
         return (f"{glob_escape(project)}/{tail}",)
     inner = f"{glob_escape(project)}/" if project else ""
@@ -192,9 +219,14 @@ def _hf_resumed(argv: Sequence[str], checkpoint: str) -> List[str]:
 _OUT_DIR = re.compile(r"""^\s*out_dir\s*=\s*['"]([^'"\n]+)['"]""", re.MULTILINE)
 
 
+def _is_hf(argv: Sequence[str]) -> bool:
+    if not option(argv, *HF_OUTPUT):
+        return False
+    text = _text(_script(argv))
+    return any(word in text for word in HF_ARGUMENTS)
+
+
 def _is_nanogpt(argv: Sequence[str]) -> bool:
-    if any(word.startswith(("--init_from=", "--out_dir=")) for word in argv):
-        return True
     text = _text(_script(argv))
     return "init_from" in text and "configurator" in text
 
@@ -259,10 +291,10 @@ def recognise(argv: Sequence[str]) -> Optional[Program]:
         found = recognise(argv[start:])
         return None if found is None else replace(found, rewrite=_behind(argv[:start], found.rewrite))
     if _is_yolo_train(argv):
-        return Program("yolo", _yolo_globs(argv), _yolo_resumed, workers="workers")
-    output = option(argv, *HF_OUTPUT)
-    if output:
-        return Program("hf", (f"{glob_escape(output)}/checkpoint-*",), _hf_resumed, workers="--dataloader_num_workers")
+        return Program("yolo", _yolo_globs(argv), _yolo_resumed, workers="workers", keep=_yolo_keep(argv))
+    if _is_hf(argv):
+        output = glob_escape(option(argv, *HF_OUTPUT) or "")
+        return Program("hf", (f"{output}/checkpoint-*",), _hf_resumed, workers="--dataloader_num_workers")
     if _is_nanogpt(argv):
         return Program("nanogpt", (f"{glob_escape(_nanogpt_out_dir(argv))}/ckpt.pt",), _nanogpt_resumed)
     if _is_lightning(argv):

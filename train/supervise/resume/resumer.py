@@ -9,14 +9,21 @@ again after a Ctrl-C resumes its own work). The way to resume is, first found:
    replaces the same option in the command;
 3. else nothing: the command runs as it is (today's behaviour).
 
-Where the checkpoints are: ``--checkpoint GLOB`` (relative to the working directory, then the run directory), taken
-at any age since the user named them; else the recipe's globs, counting only checkpoints written since the run
-began (another run's in the same folder are not this one's work). The newest complete one is chosen
+Where the checkpoints are: ``--checkpoint GLOB`` (relative to the working directory, then the run directory), else
+the recipe's globs; either way only those written since the run first started count (its earlier attempts and
+earlier supervisors of the same run directory included: :mod:`trainbox.rundir.first_start`), since another run's
+in the same folder are not this one's work. The newest complete one is chosen
 (:mod:`trainbox.supervise.resume.checkpoints`), after :data:`SETTLE_S` for anything still being written to show it.
-Without a checkpoint of this run the command runs as it is: a first attempt never gets ``resume=True`` (which
-Ultralytics answers by searching the whole working directory) or a ``--resume_from_checkpoint`` (which the Trainer
-refuses on a first run). Words without ``{checkpoint}`` and nothing to find checkpoints by are added at every
-restart, and never to a first attempt.
+A new run's first attempt runs exactly as given, whatever lies in its folders; a run that is gone on with
+(``--resume``, the Ctrl-C line, ``--run-dir`` of an existing run) resumes its own newest checkpoint from its first
+attempt on. Without a checkpoint of this run the command runs as it is: an attempt never gets ``resume=True``
+(which Ultralytics answers by searching the whole working directory) or a ``--resume_from_checkpoint`` (which the
+Trainer refuses on a first run) with nothing to resume. Words without ``{checkpoint}`` and nothing to find
+checkpoints by are added at every restart, and never to a first attempt.
+
+A program that refuses the words it was given (its usage error before any progress,
+:mod:`trainbox.supervise.resume.refusal`) has them withdrawn: from the next attempt on the command runs as given, and
+the restart line says why.
 
 What was chosen, or why nothing was, goes on the launch (``Launch.resumed``): the ``start`` and ``restart`` events
 carry it, and once the resumed attempt shows its first step the monitor measures the work done again
@@ -31,7 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainbox.supervise.planner import Launch
-from trainbox.supervise.resume import checkpoints, recipes
+from trainbox.supervise.policy import Outcome
+from trainbox.supervise.resume import checkpoints, recipes, refusal
 from trainbox.supervise.settings import CHECKPOINT_FIELD, NO_RESUME, SupervisorSettings, resume_words
 
 #: Seconds between finding the checkpoints and choosing one: a save under way writes far more often than this, so
@@ -68,6 +76,7 @@ class Resumer:
         since: float,
         cwd: Optional[Path] = None,
         sleep: Callable[[float], Any] = time.sleep,
+        new: bool = False,
     ) -> None:
         self.off = settings.resume_args.strip() == NO_RESUME
         self.words = resume_words(settings.resume_args) if settings.resume_args and not self.off else None
@@ -75,6 +84,12 @@ class Resumer:
         self.roots = (cwd or Path.cwd(), Path(run_root).absolute())
         self.since = since
         self.sleep = sleep
+        #: The run starts now (nothing of it before): its first attempt runs exactly as given.
+        self.new = new
+        #: The resume words the last launch was given (:mod:`trainbox.supervise.resume.refusal` judges its end by them).
+        self.given: List[str] = []
+        #: Why resume words are no longer added (the program refused them), once they are not.
+        self.withdrawn: Optional[str] = None
 
     def problem(self, launch: Launch) -> Optional[str]:
         """Why ``launch`` cannot resume as it asks (one line), None when it can: ``{checkpoint}`` with nowhere to look."""
@@ -86,51 +101,74 @@ class Resumer:
             )
         return None
 
-    def _globs(self, launch: Launch) -> Tuple[Tuple[str, ...], Optional[float], Optional[recipes.Program]]:
-        """Where to look, since when (None: any age), and the program recognised."""
+    def _globs(self, launch: Launch) -> Tuple[Tuple[str, ...], Optional[recipes.Program]]:
+        """Where to look (the user's ``--checkpoint``, else the recipe's globs), and the program recognised."""
         program = recipes.recognise(launch.argv)
-        if self.named:
-            return self.named, None, program
-        return (program.globs if program else ()), self.since, program
+        return (self.named or (program.globs if program else ())), program
 
-    def launch(self, launch: Launch, restart: bool, reached: Optional[Mapping[str, Any]] = None) -> Launch:
-        """``launch`` as it runs: told to resume from the newest complete checkpoint when there is one (see the
-        module docstring); ``restart``: an attempt after another; ``reached``: that attempt's last beat."""
+    def launch(self, launch: Launch, restart: bool, after: Optional[Outcome] = None) -> Launch:
+        """``launch`` as it runs: told to resume from the newest complete checkpoint of this run when there is one
+        (see the module docstring); ``restart``: an attempt after another, which ended as ``after``."""
         if self.off and launch.resume is None:
             return launch
-        globs, since, program = self._globs(launch)
+        globs, program = self._globs(launch)
         words = launch.resume if launch.resume is not None else self.words
         if words is None and program is None:
             return launch
         how = "the rung's resume" if launch.resume is not None else "--resume-args" if words is not None else None
-        how = how or f"the built-in way for {program.name if program else '?'}"
-        about: Dict[str, Any] = {"how": how, "reached": dict(reached) if reached else None}
+        reached = after.last_beat if after is not None else None
+        about: Dict[str, Any] = {"how": how or f"the built-in way for {program.name if program else '?'}"}
+        about["reached"] = dict(reached) if reached else None
+        refused = refusal.refused(after, self.given) if after is not None else None
+        if refused:
+            self.withdrawn = f"the program refused {refused} (its usage error): the command runs as given from now on"
+        self.given = []
+        if self.withdrawn or (self.new and not restart):
+            why = self.withdrawn or "a new run's first attempt runs as given"
+            return replace(launch, resumed={**about, "from": None, "why": why, **({"refused": refused} if refused else {})})
+        resumed = self._resumed(launch, restart, globs, program, words, about)
+        self.given = [word for word in resumed.argv if word not in launch.argv]
+        return resumed
+
+    def _resumed(
+        self,
+        launch: Launch,
+        restart: bool,
+        globs: Sequence[str],
+        program: Optional[recipes.Program],
+        words: Optional[Sequence[str]],
+        about: Dict[str, Any],
+    ) -> Launch:
         if not globs:  # words without {checkpoint} and nowhere to look: every restart adds them (problem() refused the rest)
             if not restart or not words:
                 return launch
             return replace(launch, argv=[*launch.argv, *words], resumed={**about, "from": None, "why": "added at every restart"})
-        chosen, passed = self._choose(globs, since)
+        chosen, passed = self._choose(globs, program)
         about.update(looked_for=list(globs), passed_over=[{"path": p, "why": w} for p, w in passed[:PASSED_LISTED]])
         if chosen is None:
-            why = "no complete checkpoint of this run yet" if since is not None else "no complete checkpoint found"
-            return replace(launch, resumed={**about, "from": None, "why": why})
+            return replace(launch, resumed={**about, "from": None, "why": "no complete checkpoint of this run yet"})
         path = str(chosen.path)
         argv = [*launch.argv, *(w.replace(CHECKPOINT_FIELD, path) for w in words)] if words is not None else None
         argv = argv if argv is not None else program.resumed(launch.argv, path) if program else list(launch.argv)
         return replace(launch, argv=argv, resumed={**about, "from": path, "step": chosen.step, "mtime": round(chosen.mtime, 3)})
 
+    def _find(self, globs: Sequence[str], program: Optional[recipes.Program]) -> List[checkpoints.Checkpoint]:
+        """This run's checkpoints, newest first: written since it first started, where its program writes them."""
+        found = checkpoints.find(globs, self.roots, self.since)
+        return found if self.named or program is None else [c for c in found if program.own(c.path)]
+
     def _choose(
-        self, globs: Sequence[str], since: Optional[float]
+        self, globs: Sequence[str], program: Optional[recipes.Program]
     ) -> Tuple[Optional[checkpoints.Checkpoint], List[Tuple[str, str]]]:
-        found = checkpoints.find(globs, self.roots, since)
+        found = self._find(globs, program)
         if found:
             self.sleep(SETTLE_S)
         return checkpoints.choose(found)
 
     def newest(self, launch: Launch) -> Optional[checkpoints.Checkpoint]:
         """The newest complete checkpoint ``launch``'s command has written so far (for ``status``), without waiting."""
-        globs, since, _ = self._globs(launch)
-        return checkpoints.choose(checkpoints.find(globs, self.roots, since))[0] if globs else None
+        globs, program = self._globs(launch)
+        return checkpoints.choose(self._find(globs, program))[0] if globs else None
 
 
 def resumed_words(resumed: Optional[Mapping[str, Any]]) -> str:
