@@ -26,6 +26,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("system",),  # facts about the machine and its processes
     ("diagnose",),  # why a child is silent
     ("supervise",),  # the supervisor and what only it uses
+    ("job",),  # a job of several nodes, one supervisor each, seen as one thing
     ("slurm",),  # a Slurm job: its variables, its run directory, its warning signal, the job as one thing
     ("view",),  # what a person sees: status, live view, report
     ("yolo",),  # everything Ultralytics

@@ -21,6 +21,7 @@ from typing import List, NoReturn, Optional, Sequence, Tuple
 from trainbox import errors
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
+from trainbox.job import incident as job_incident
 from trainbox.rundir import exit_record, layout, owner
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise.planner import Launch, Planner
@@ -161,6 +162,7 @@ def _spec(args: argparse.Namespace, planner: Planner, settings: SupervisorSettin
         on_publish=textfile,
         command=args.command_name,
         resume=_resume_line(args.own, args.run_dir, args.child),
+        listeners=job_incident.listeners(Path(args.run_dir)),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from tests.supervised import REPO, Finished, faulty_child, read_events, start_cli, survivors, train_cli
-from trainbox.rundir.layout import RunDir
+from trainbox.rundir.layout import JobDir, RunDir
 from trainbox.supervise import ranks
 from trainbox.supervise.stalls.budgets import BudgetPolicy
 
@@ -174,8 +174,13 @@ def test_one_idle_rank_is_found_by_idleness_while_the_other_beats(tmp_path: Path
 
 @pytest.mark.training  # the example trains with torch (DDP, gloo)
 def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tmp_path: Path) -> None:
+    """Run as node 0 of a job (its run directory ``<job>/node-0/`` beside ``job.json``), so the job's incident is made
+    from this real report too: it names rank 1, the one rank 0 waits for."""
+    job = JobDir(tmp_path)
+    job.job.write_text(json.dumps({"job_id": "test", "nodes": ["localhost"]}))
+    run_dir = job.node(0)
     command = [*TORCHRUN, "--nproc-per-node", "2", EXAMPLE, *TINY, "--epochs", "2"]
-    result = supervise(tmp_path, command, "sleep@step,rank=1,epoch=1,attempt=0")
+    result = supervise(run_dir, command, "sleep@step,rank=1,epoch=1,attempt=0")
 
     assert result.code == 0, result.stderr
     assert result.kinds() == ["start", "stall", "restart", "start", "exit"]
@@ -190,8 +195,14 @@ def test_a_ddp_rank_that_hangs_ends_the_whole_job_which_resumes_on_every_rank(tm
     assert "hang_sleep" not in stacks[0] and "backward" in stacks[0], "the other rank, waiting for it in backward's all-reduce"
     processes = json.loads((result.incident() / "processes.json").read_text())
     assert len(processes) == 3, "the torchrun agent and both ranks"
-    resumed = RunDir(tmp_path).attempt_log(1).read_text()
-    assert resumed.count(f"resumed from {tmp_path / 'plain.pt'} at epoch 1") == 2, "every rank resumed from the checkpoint"
+    assert {row.get("rank") for row in processes} == {None, 0, 1}, "each rank's process says which rank it is"
+    verdict = json.loads(job.incident.read_text())
+    assert (verdict["first_silent"]["node"], verdict["first_silent"]["rank"]) == (0, 1), verdict
+    assert verdict["first_silent"]["doing"].endswith("hang_sleep") and verdict["first_silent"]["waiting"] is False
+    assert [r["waiting"] for r in verdict["ranks"]] == [True, False], "rank 0 waits for rank 1"
+    assert "rank 1 on node 0 stopped" in result.stderr + result.stdout
+    resumed = RunDir(run_dir).attempt_log(1).read_text()
+    assert resumed.count(f"resumed from {run_dir / 'plain.pt'} at epoch 1") == 2, "every rank resumed from the checkpoint"
     assert resumed.count("epoch 1 loss") == 2
 
 

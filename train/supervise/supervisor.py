@@ -43,7 +43,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Protocol, Tuple
 
 from trainbox import errors, interrupt
 from trainbox.errors import DiskFull, ExitCode, Stuck, TrainboxError, say
@@ -59,7 +59,7 @@ from trainbox.supervise.notify import notifier
 from trainbox.supervise.pace.watch import PaceWatch
 from trainbox.supervise.planner import Launch, Next, Planner
 from trainbox.supervise.policy import Outcome, OutcomeKind, Retry, Verdict, decide
-from trainbox.supervise.record import Record
+from trainbox.supervise.record import Listener, Record
 from trainbox.supervise.resume.resumer import Resumer, resumed_words
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.stalls.budgets import BudgetPolicy
@@ -102,6 +102,8 @@ class SupervisorSpec:
     command: Optional[str] = None
     #: The command line that goes on with this run, said when a stop signal stops it.
     resume: str = ""
+    #: Told every event after it is written (:meth:`Record.listen`): what a job of several nodes adds (trainbox.job).
+    listeners: Tuple[Listener, ...] = ()
 
 
 class Supervisor:
@@ -112,6 +114,8 @@ class Supervisor:
         self.settings = spec.settings
         self.run_dir = RunDir(Path(spec.run_dir))
         self.record = Record(self.run_dir, spec.on_publish)
+        for listener in spec.listeners:
+            self.record.listen(listener)
         #: The run's pace, kept across attempts (trainbox.supervise.pace.watch): a slowdown outlives a restart.
         self.pace = PaceWatch(self.record, self.settings)
         #: Names this supervisor's incident reports apart from earlier ones in the same directory.
