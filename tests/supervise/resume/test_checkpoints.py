@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainbox.supervise.resume.checkpoints import Checkpoint, choose, find, problem, step_of
+from trainbox.supervise.resume.checkpoints import UNKNOWN, Checkpoint, choose, find, problem, step_of
 
 
 def torch_file(path: Path, mtime: float, cut: Optional[int] = None) -> Path:
@@ -145,3 +148,89 @@ def test_any_folder_gives_a_complete_checkpoint_or_none_never_an_error(tmp_path:
     if chosen is not None:
         assert problem(chosen.path) is None and chosen.path.is_relative_to(root)
     assert all(why for _, why in passed)
+
+
+# -- folders without a marker: every torch and safetensors file whole ----------------------------------------------
+
+
+def accelerate_checkpoint(folder: Path, mtime: float, cut: Optional[str] = None) -> Path:
+    """A folder as accelerate's ``save_state`` writes it (``checkpoint_N``: safetensors weights, torch.save'd optimizer
+    and random states); ``cut``: the file a kill during the save left half written."""
+    from safetensors.numpy import save_file
+
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    save_file({"weight": np.zeros((16, 16), dtype=np.float32)}, str(folder / "model.safetensors"))
+    torch_file(folder / "optimizer.bin", mtime)
+    torch_file(folder / "random_states_0.pkl", mtime)
+    if cut is not None:
+        whole = (folder / cut).read_bytes()
+        (folder / cut).write_bytes(whole[: len(whole) // 2])
+    for file in folder.iterdir():
+        os.utime(file, (mtime, mtime))
+    return folder
+
+
+@pytest.mark.parametrize("cut", ["optimizer.bin", "model.safetensors", "random_states_0.pkl"])
+def test_a_folder_without_a_marker_counts_only_when_each_of_its_archives_is_whole(tmp_path: Path, cut: str) -> None:
+    whole = accelerate_checkpoint(tmp_path / "checkpoints" / "checkpoint_0", 1000.0)
+    accelerate_checkpoint(tmp_path / "checkpoints" / "checkpoint_1", 2000.0, cut=cut)  # killed during the save
+    chosen, passed = choose(find(("checkpoints/checkpoint_*",), [tmp_path]))
+    assert chosen is not None and chosen.path == whole, passed
+    assert [Path(path).name for path, _ in passed] == ["checkpoint_1"] and passed[0][1].startswith(f"{cut}: ")
+
+
+def test_a_folder_with_nothing_to_check_ranks_below_a_whole_one(tmp_path: Path) -> None:
+    whole = accelerate_checkpoint(tmp_path / "ck" / "a", 1000.0)
+    unknown = tmp_path / "ck" / "b"
+    unknown.mkdir()
+    (unknown / "state.json").write_text("{}")
+    chosen, passed = choose(find(("ck/*",), [tmp_path]))
+    assert chosen is not None and chosen.path == whole and passed == [(str(unknown), UNKNOWN)]
+    alone, _ = choose(find(("ck/b",), [tmp_path]))
+    assert alone is not None and alone.path == unknown, "taken when nothing whole is there"
+
+
+def test_a_safetensors_file_is_whole_when_it_is_as_long_as_its_header_says(tmp_path: Path) -> None:
+    folder = accelerate_checkpoint(tmp_path / "c", 1000.0)
+    data = (folder / "model.safetensors").read_bytes()
+    cases = {"whole": data, "longer": data + b"x", "header": data[:12], "short": data[:5], "lying": b"\xff" * 8 + data[8:]}
+    for name, content in cases.items():
+        (tmp_path / f"{name}.safetensors").write_bytes(content)
+    found = {name: problem(tmp_path / f"{name}.safetensors") for name in cases}
+    assert found["whole"] is None and all(found[name] for name in cases if name != "whole"), found
+
+
+# -- what a look costs: a stat of the newest, never a read of every old checkpoint ------------------------------
+
+_opened: List[str] = []
+_counting: List[Path] = []
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if event == "open" and _counting and isinstance(args[0], str) and args[0].startswith(str(_counting[0])):
+        _opened.append(args[0])
+
+
+sys.addaudithook(_count_opens)
+
+
+def files_read(root: Path, patterns: tuple) -> Tuple[Optional[Checkpoint], List[str]]:
+    """The checkpoint one look chooses, and the files under ``root`` it opened (Python's ``open`` audit event)."""
+    _opened.clear()
+    _counting[:] = [root]
+    try:
+        return choose(find(patterns, [root]))[0], list(_opened)
+    finally:
+        _counting.clear()
+
+
+@pytest.mark.parametrize("written", [5, 150])
+def test_a_look_reads_the_same_few_files_after_5_checkpoints_as_after_150(tmp_path: Path, written: int) -> None:
+    for step in range(1, written + 1):
+        trainer_checkpoint(tmp_path / "out", step * 10, 1000.0 + step)
+    chosen, read = files_read(tmp_path, ("out/checkpoint-*",))
+    newest = tmp_path / "out" / f"checkpoint-{written * 10}"
+    assert chosen is not None and (chosen.path, chosen.step) == (newest, written * 10)
+    assert read == [str(newest / "trainer_state.json")] * 2, "its marker checked, then its step read: nothing else"
