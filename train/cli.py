@@ -26,8 +26,9 @@ from trainbox.rundir import exit_record, layout, owner
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise.planner import Launch, Planner
 from trainbox.supervise.resume.resumer import Resumer
-from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, SupervisorSettings
+from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, STALL_TIMEOUT, SupervisorSettings
 from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
+from trainbox.supervise.settings import given as given_options
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
 from trainbox.view import metrics as run_metrics
 from trainbox.view import status as run_status
@@ -218,7 +219,11 @@ def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if not command:
         raise UserError("no command to supervise: python -m trainbox supervise [options] -- CMD [ARGS...]")
-    launch = Launch(argv=command, **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS})
+    launch = Launch(
+        argv=command,
+        **{s.field: getattr(args, s.dest) for s in LAUNCH_SETTINGS},
+        stall_given=STALL_TIMEOUT.dest in given_options(args),
+    )
     settings = _settings(args)
     _place(args, layout.command_name(command))
     planner = _command_planner(args, launch, settings)

@@ -226,3 +226,26 @@ def test_a_checkpoint_path_or_resume_source_with_terminal_controls_is_shown_on_o
     shown = [line for line in lines if line.startswith(("checkpoint", "resumed"))]
     assert len(shown) == 2 and all("red" in line for line in shown)
     assert not any(char in line for line in shown for char in "\n\x1b")
+
+
+def test_a_busy_silence_allowed_past_its_budget_is_shown_while_it_lasts(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    allowed = {"busy": True, "guess": "evaluation?", "signs": ["pid 7 wants 100 % CPU"], "budget": "learned:train"}
+    record = {"state": "running", "silent_s": 75.3, "busy": dict(allowed, judged_at_s=300.0, bound="stall_budget")}
+    (run / "state.json").write_text(json.dumps(record))
+    assert "silence   silent 75 s, busy (evaluation?), judged at 300 s" in status.render(run, status.read(run), now=NOW)
+    (run / "state.json").write_text(json.dumps({"state": "running", "silent_s": 75.3, "busy": None}))
+    assert not any(line.startswith("silence") for line in status.render(run, status.read(run), now=NOW))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    busy=st.one_of(hostile.json_values(), hostile.json_objects(("busy", "guess", "signs", "judged_at_s"))),
+    silent=hostile.json_values(),
+)
+def test_any_busy_record_in_state_json_renders(tmp_path: Path, busy: Any, silent: Any) -> None:
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "state.json").write_bytes(hostile.dumps({"state": "running", "busy": busy, "silent_s": silent}))
+    lines = status.render(run, status.read(run), now=NOW)
+    assert all("\n" not in line for line in lines) and lines[1].startswith("state")

@@ -67,7 +67,8 @@ STAGING_RANDOM_BYTES = 8
 Diagnose = Callable[[Mapping[int, str], str], Dict[str, Any]]
 
 
-def _py_spy() -> Optional[str]:
+def py_spy_path() -> Optional[str]:
+    """Where py-spy is: on the PATH, else beside this Python; None when it is not installed."""
     found = shutil.which("py-spy")
     if found:
         return found
@@ -106,7 +107,7 @@ def _one_line(value: object) -> str:
 
 
 def _stack_by_py_spy(pid: int, timeout: float = PY_SPY_TIMEOUT_S) -> Tuple[Optional[str], str]:
-    tool = _py_spy()
+    tool = py_spy_path()
     if tool is None:
         return None, "py-spy not installed"
     try:

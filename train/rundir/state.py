@@ -20,11 +20,13 @@ from trainbox.rundir.records import (
     Schema,
     exit_code,
     files_of,
+    flag,
     pid,
     read_record,
     seconds,
     table,
     text,
+    texts,
     timestamp,
     whole,
 )
@@ -138,6 +140,8 @@ STATE = Schema(
         "stalls": whole,
         "crashes": whole,
         "last_stall": Schema({"attempt": whole, "cause": text, "evidence": text}),
+        # A busy silence allowed past its learned or declared budget (trainbox.supervise.stalls.silence): status shows it.
+        "busy": Schema({"busy": flag, "guess": text, "signs": texts, "budget": text, "judged_at_s": seconds, "bound": text}),
         # The newest checkpoint the command wrote and what a restart resumed from (trainbox.supervise.resume.notes):
         # their paths are printed by status, so they are text (one line, no terminal controls) like every other.
         "checkpoint": Schema({"path": text, "mtime": timestamp, "step": whole}),

@@ -40,7 +40,7 @@ from trainbox.supervise.resume.notes import ResumeNotes
 from trainbox.supervise.settings import SupervisorSettings
 from trainbox.supervise.stalls import stall
 from trainbox.supervise.stalls.budgets import BudgetPolicy
-from trainbox.supervise.stalls.silence import Action, extension
+from trainbox.supervise.stalls.silence import Action, allow_line, extension
 
 #: Longest pause between two looks at the heartbeat (shorter when the budget is short: budget / 20).
 POLL_S = 0.5
@@ -179,6 +179,7 @@ class Monitor:
                 heartbeat=outcome.last_beat,
                 progress_source=attempt.progress.source.value,
                 learned=attempt.policy.learned(),
+                busy=attempt.watch.allowed(),  # a busy silence past its suspicion, for `status`
             )
             time.sleep(min(POLL_S, max(0.05, lagging.budget.seconds / 20)))
 
@@ -270,6 +271,10 @@ class Monitor:
             self.record.publish(force=True, budget={"name": budget.name, "seconds": call.budget_s})
             self.record.emit("extend", attempt.number, **extension(budget, call, silent_s))
             say(f"attempt {attempt.number} is compiling ({call.evidence[0]}): budget extended to {call.budget_s:.0f} s")
+        if call.action is Action.ALLOW:  # `health` and `status` see the allowance at once
+            allowed = attempt.watch.allowed() or {}
+            self.record.publish(force=True, budget={"name": budget.name, "seconds": call.budget_s}, busy=allowed)
+            say(allow_line(attempt.number, budget, call, silent_s, allowed.get("guess", "")))
         if call.action is not Action.STALL or attempt.watch.reported:
             return None
         self.pace.stalled()

@@ -34,6 +34,8 @@ class Launch:
     idle_timeout: float = IDLE_TIMEOUT.number
     compile_cap: float = COMPILE_CAP.number
     slow_ratio: float = SLOW_RATIO.number
+    #: The user gave ``stall_timeout`` (not a default, not a profile's): it bounds every budget a bar declares.
+    stall_given: bool = False
     #: What a restart adds so that it resumes (a ladder rung's ``resume``, with ``{checkpoint}``); None: the run's
     #: ``--resume-args``, else the built-in way for a program trainbox knows (:mod:`trainbox.supervise.resume`).
     resume: Optional[Tuple[str, ...]] = None

@@ -35,6 +35,26 @@ Number = Union[int, float]
 Value = Union[int, float, str, Tuple[str, ...]]
 
 
+#: The ``argparse.Namespace`` attribute that holds the options the user gave (their ``dest``s): see :func:`given`.
+GIVEN = "given_on_command_line"
+
+
+class _Given(argparse.Action):
+    """Stores an option's value and notes that the user gave it (a default is not a choice: a ``--stall-timeout``
+    the user gives bounds every silence, the default does not)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: object = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, GIVEN, frozenset(getattr(namespace, GIVEN, frozenset())) | {self.dest})
+
+
+def given(args: argparse.Namespace) -> FrozenSet[str]:
+    """The ``dest`` of every option the user gave on the command line."""
+    return frozenset(getattr(args, GIVEN, frozenset()))
+
+
 @dataclass(frozen=True)
 class Setting:
     """One option: ``field`` (in ``SupervisorSettings`` or ``Launch``) and ``flag`` name the same value."""
@@ -160,6 +180,7 @@ class Setting:
         parser.add_argument(
             self.flag,
             type=self.from_text,
+            action=_Given,
             default=None if unset else self.initial,  # argparse checks a text default with ``type`` too (the environment's)
             metavar=self.metavar,
             help=f"{self.help} (default: {default_text})",

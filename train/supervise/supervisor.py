@@ -297,6 +297,7 @@ class Supervisor:
             factor=self.settings.learned_factor,
             floor_s=self.settings.learned_floor_s,
             min_samples=self.settings.learned_min_samples,
+            bound_s=launch.stall_timeout if launch.stall_given else None,
         )
 
     def _sleep(self, seconds: float) -> bool:

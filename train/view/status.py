@@ -339,6 +339,16 @@ def render(
     return lines
 
 
+def busy_line(state: Dict[str, Any]) -> Optional[str]:
+    """A busy silence allowed past its learned or declared budget: ``silent 75 s, busy (evaluation?), judged at 300 s``
+    (state.json's ``busy``, trainbox.supervise.stalls.silence); None when there is none."""
+    busy = state.get("busy")
+    if not busy or not busy.get("busy") or "silent_s" not in state:
+        return None
+    judged = f", judged at {busy['judged_at_s']:.0f} s" if "judged_at_s" in busy else ""
+    return f"silent {state['silent_s']:.0f} s, busy ({busy.get('guess') or 'working'}){judged}"
+
+
 def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[str]:
     """A run under way: its progress, speed, ETA and (in a container) health."""
     beat = progress.beat
@@ -354,6 +364,9 @@ def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[s
             lines.append(f"speed     {progress.bar.speed()}")
     else:
         lines.append("progress  no heartbeat yet")
+    silence = busy_line(progress.state)
+    if silence:
+        lines.append(f"silence   {silence}")
     eta = progress.eta_s()
     unknown = "unknown (needs a total and a rate)" if progress.bar is not None else "unknown (needs a finished epoch)"
     lines.append(f"eta       {duration(eta) if eta is not None else unknown}")

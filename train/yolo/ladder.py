@@ -33,7 +33,7 @@ from trainbox.supervise.ladder import policy as ladder_policy
 from trainbox.supervise.ladder.run import RungLadder, RungLedger
 from trainbox.supervise.planner import Launch, Next, moved_reason
 from trainbox.supervise.policy import CauseStreak, Outcome
-from trainbox.supervise.settings import LAUNCH_SETTINGS, STARTUP_TIMEOUT, SupervisorSettings
+from trainbox.supervise.settings import LAUNCH_SETTINGS, STALL_TIMEOUT, STARTUP_TIMEOUT, SupervisorSettings
 from trainbox.yolo import warmup
 from trainbox.yolo.args import PROFILE_KEYS
 from trainbox.yolo.profiles import Profile
@@ -83,6 +83,7 @@ class ProfileLadder(RungLadder):
             profile=profile.name,
             env={"TRAIN_PROFILES_DIR": str(self.profiles_dir)},
             **budgets,
+            stall_given=STALL_TIMEOUT.field in self.given,
         )
 
     def _startup_timeout(self, profile: Profile) -> float:

@@ -56,7 +56,7 @@ def test_a_learned_budget_judges_only_a_counter_still_counting() -> None:
     with no counter: the plain budget (the silence there is an evaluation, a save, a re-scan)."""
     learned = policy()
     _learn(learned, [1.0] * 25)
-    assert counting(_bar(20), _bar(21)) and learned.current(_bar(21), counting=True) == Budget("learned:train", 60.0)
+    assert counting(_bar(20), _bar(21)) and learned.current(_bar(21), counting=True) == Budget("learned:train", 60.0, busy_s=300)
     assert not counting(_bar(39), _bar(40)), "the bar reached its total"
     assert not counting(_bar(40), _bar(0)), "a new bar (the count starts again)"
     assert not counting(_bar(5), _bar(1, 10)), "another bar (another total)"
@@ -104,3 +104,47 @@ def test_a_bar_nested_in_the_main_one_counts_on_its_own() -> None:
     assert not counting(main, save) and not counting(save, saved), "a new bar; then a bar at its total"
     assert not counting(saved, dict(main, step=51)), "back to the main bar: its first reading after the save"
     assert counting(evaluating, dict(evaluating, side_step=4)) and not counting(evaluating, dict(evaluating, side_step=10))
+
+
+def _in_force(intervals: int = 25) -> BudgetPolicy:
+    """A policy that learned a 60 s budget (the floor) for the train bar."""
+    learned = policy()
+    _learn(learned, [1.0] * intervals)
+    return learned
+
+
+def test_a_learned_budget_is_a_suspicion_a_busy_tree_may_outlast_until_the_stall_budget() -> None:
+    assert _in_force().current(_bar(21), counting=True) == Budget("learned:train", 60.0, busy_s=300.0)
+    assert policy().current({"phase": "val", "timeout": 1800}).busy_s is None, "a program's own timeout is a verdict"
+    assert policy().current(None).busy_s is None and policy().current(_bar(39)).busy_s is None
+
+
+def test_long_silences_between_steps_are_kept_apart_from_the_rhythm_and_bound_their_repeats() -> None:
+    """An evaluation of 70 s between two steps, twice: the rhythm stays 1 s (the floor still judges an idle hang), and
+    the next busy silence there is judged at 3 x 70 s rather than the 300 s stall budget."""
+    learned = _in_force()
+    learned.observe(_bar(24), 70.0, _bar(25))
+    assert learned.rhythm["train"].longest_s == 1.0 and learned.earlier_s("train") is None, "once is not a habit"
+    assert learned.current(_bar(26), counting=True) == Budget("learned:train", 60.0, busy_s=300.0)
+    learned.observe(_bar(29), 68.0, _bar(30))
+    assert learned.current(_bar(31), counting=True) == Budget("learned:train", 60.0, busy_s=210.0, by_earlier=True)
+    assert learned.learned() == {"train": 60.0}
+
+
+def test_earlier_silences_never_allow_more_than_the_stall_budget() -> None:
+    learned = _in_force()
+    for step in (24, 29):
+        learned.observe(_bar(step), 150.0, _bar(step + 1))
+    assert learned.current(_bar(31), counting=True) == Budget("learned:train", 60.0, busy_s=300.0)
+
+
+def _percent(**more: object) -> dict:
+    return {"phase": "train", "pattern": "percent", "counter": "percent:train", "timeout": MAX_DECLARED_S, **more}
+
+
+def test_a_bars_declared_budget_is_a_suspicion_and_a_given_stall_timeout_bounds_it() -> None:
+    """A percentage-only bar declares a day before its first percent: the --stall-timeout the user gave bounds it."""
+    assert policy().current(_percent()) == Budget("phase:train", MAX_DECLARED_S)
+    bounded = BudgetPolicy(startup_s=600, stall_s=10, factor=3, floor_s=60, min_samples=20, bound_s=10)
+    assert bounded.current(_percent()) == Budget("phase:train", 10.0)
+    assert policy().current(_percent(timeout=120.0)) == Budget("phase:train", 120.0, busy_s=300.0)

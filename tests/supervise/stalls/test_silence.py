@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
+from trainbox.diagnose.causes import Diagnosis
+from trainbox.rundir.events import Cause
+from trainbox.supervise.stalls import busy
 from trainbox.supervise.stalls.budgets import Budget
 from trainbox.supervise.stalls.silence import (
     Action,
@@ -13,6 +16,7 @@ from trainbox.supervise.stalls.silence import (
     Look,
     Rule,
     SilenceWatch,
+    allow_line,
     extension,
     judge,
     sampling_due,
@@ -142,3 +146,63 @@ def test_an_extension_records_its_silence_past_the_budget_it_passed() -> None:
     (call,) = script([(4.0004, 1.0, CC)], budget)
     assert call.action is Action.EXTEND
     assert extension(budget, call, 4.0004)["silent_s"] == 4.001
+
+
+LEARNED = Budget("learned:train", 60.0, busy_s=300.0)
+BUSY = busy.Activity(("pid 7 (python) wants 100 % CPU",), None, "evaluation?")
+IDLE = busy.Activity(())
+WAITING = busy.Activity(("pid 7 (python) wants 100 % CPU",), Diagnosis(Cause.GPU_WAIT, ("main thread in torch/cuda",)))
+
+
+def judged(silences: Sequence[float], budget: Budget, activity: busy.Activity) -> List[Call]:
+    """Judge a silence at ``silences`` as SilenceWatch does: the tree is looked at once its suspicion ran out."""
+    granted, calls = budget.seconds, []
+    for silent in silences:
+        seen = activity if silent > granted or granted != budget.seconds else None
+        calls.append(judge(Look(silent, budget, 0.0, (), seen), granted, LIMITS))
+        granted = calls[-1].budget_s
+        if calls[-1].action is Action.STALL:
+            break
+    return calls
+
+
+def test_a_busy_tree_past_its_learned_budget_goes_on_until_the_stall_budget() -> None:
+    """An evaluation of 75 s between two steps is no stall; a busy spin that never ends is one at the stall budget."""
+    calls = judged([30.0, 61.0, 75.0, 200.0, 300.0, 301.0], LEARNED, BUSY)
+    assert [c.action for c in calls] == [Action.WATCH, Action.ALLOW, Action.WATCH, Action.WATCH, Action.WATCH, Action.STALL]
+    assert calls[1].budget_s == 300.0 and calls[1].evidence == BUSY.signs
+    assert (calls[-1].rule, calls[-1].budget_s) == (Rule.STALL_BUDGET, 300.0)
+
+
+def test_an_idle_or_waiting_tree_past_its_learned_budget_is_a_stall_at_once() -> None:
+    for activity in (IDLE, WAITING):
+        calls = judged([30.0, 61.0], LEARNED, activity)
+        assert [c.action for c in calls] == [Action.WATCH, Action.STALL]
+        assert (calls[-1].rule, calls[-1].budget_s) == (Rule.BUDGET, 60.0)
+    assert judged([61.0], LEARNED, WAITING)[0].evidence == ("main thread in torch/cuda",)
+
+
+def test_a_verdict_is_a_stall_busy_or_not() -> None:
+    calls = judged([301.0], Budget("stall", 300.0), BUSY)
+    assert (calls[-1].action, calls[-1].rule) == (Action.STALL, Rule.BUDGET)
+
+
+def test_a_busy_repeat_is_judged_against_its_earlier_silences() -> None:
+    """Evaluations of 70 s before: the one that runs on is judged at 210 s, and the event says by which rule."""
+    calls = judged([61.0, 209.0, 211.0], Budget("learned:train", 60.0, busy_s=210.0, by_earlier=True), BUSY)
+    assert [c.action for c in calls] == [Action.ALLOW, Action.WATCH, Action.STALL]
+    assert (calls[-1].rule, calls[-1].budget_s) == (Rule.EARLIER, 210.0)
+
+
+def test_idleness_still_ends_an_allowed_silence() -> None:
+    """Busy at 61 s, then idle: the idle rule calls it at --idle-timeout, not the stall budget."""
+    call = judge(Look(190.0, LEARNED, 121.0, (), BUSY), 300.0, LIMITS)
+    assert (call.action, call.rule) == (Action.STALL, Rule.IDLE)
+
+
+def test_the_console_lines_of_a_busy_silence() -> None:
+    allowed = allow_line(2, LEARNED, Call(Action.ALLOW, 300.0, evidence=BUSY.signs), 61.0, "evaluation?")
+    assert "silent 61 s, past its learned:train budget 60 s but busy (evaluation?: pid 7" in allowed
+    assert "judged at 300 s (the stall budget)" in allowed
+    stalled = stall_line(2, 301.0, LEARNED, Call(Action.STALL, 300.0, Rule.STALL_BUDGET), LIMITS, "train")
+    assert "busy past its learned:train budget 60.0 s, > stall budget 300.0 s" in stalled

@@ -203,14 +203,19 @@ def test_a_silent_busy_evaluation_after_a_finished_bar_is_not_killed_by_the_lear
     assert "done" in (tmp_path / "logs" / "attempt-0.log").read_text()
 
 
-def test_a_spin_in_the_middle_of_a_bar_is_still_found_by_the_learned_budget(tmp_path: Path) -> None:
+def test_a_spin_in_the_middle_of_a_bar_is_found_by_the_stall_budget_past_the_learned_one(tmp_path: Path) -> None:
+    """A learned budget is a suspicion: the spinning tree is busy, so it is judged at the plain stall budget (8 s
+    here), and the stall event says that the learned budget ran out on a busy tree and which rule called it."""
     # each tqdm draw starts with \r: once step 24 is drawn 25 line ends are written, and the next draw spins
     args = ["--epochs", "1", "--steps", "40", "--delay", "0.25", "--eval-s", "0"]
-    result = supervise_program(tmp_path, args, LEARN_FAST, fault="spin@output,attempt=0,lines>=25")
+    options = [*LEARN_FAST, "--stall-timeout", "8"]
+    result = supervise_program(tmp_path, args, options, fault="spin@output,attempt=0,lines>=25")
     assert result.code == ExitCode.OK, result.stderr
     stall = result.of("stall")[0]
-    assert stall["budget"] == "learned:" and stall["budget_s"] < 25 and stall["silent_s"] < 25, stall
+    assert (stall["rule"], stall["budget"], stall["budget_s"]) == ("stall_budget", "learned:", 8.0), stall
+    assert stall["busy"]["busy"] and stall["busy"]["judged_at_s"] == 8.0 and "% CPU" in stall["busy"]["signs"][0]
     assert stall["cause"] == "busy_python" and stall["last_beat"]["step"] == 24
+    assert "past its learned: budget" in result.stderr and "but busy (computing" in result.stderr
 
 
 def test_a_stopped_worker_is_named_and_its_tree_killed_without_spending_the_grace(tmp_path: Path) -> None:

@@ -16,7 +16,13 @@ and :func:`judge` decides from that and the budget, in this order:
    progress (a compiler process using CPU, a kernel cache growing), the budget
    is extended by one more phase budget, up to ``--compile-cap`` seconds of
    silence; a compile still going at the cap is a ``compile_cap`` stall.
-4. Otherwise the budget ran out: a ``budget`` stall.
+4. **A busy tree is not judged by a suspicion.** Past a learned or output-declared budget (one with an allowance,
+   :attr:`~trainbox.supervise.stalls.budgets.Budget.busy_s`), the tree is looked at once
+   (:func:`trainbox.supervise.stalls.busy.look`): a busy one (CPU, I/O, a file growing, the GPU, and no frozen wait
+   in its stack) is allowed to go on until the allowance, the plain stall budget or its phase's earlier long
+   silences' bound (an ``allow``); still silent there, it is a ``stall_budget`` or ``earlier_silences`` stall. An
+   idle, stopped, deadlocked or waiting tree is a ``budget`` stall at once.
+5. Otherwise the budget ran out: a ``budget`` stall.
 
 :func:`judge` is pure (``tests/supervise/stalls/test_silence.py`` scripts silences in
 milliseconds); :class:`SilenceWatch` is its thin, stateful driver in the
@@ -33,6 +39,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from trainbox.diagnose import causes, evidence
 from trainbox.diagnose.window import Window
+from trainbox.supervise.stalls import busy
 from trainbox.supervise.stalls.budgets import Budget, rounded_up
 from trainbox.system import proctree
 
@@ -40,6 +47,8 @@ from trainbox.system import proctree
 class Action(str, Enum):
     WATCH = "watch"
     EXTEND = "extend"
+    #: A busy tree past a suspicion: watched on until its allowance.
+    ALLOW = "allow"
     STALL = "stall"
 
 
@@ -49,6 +58,10 @@ class Rule(str, Enum):
     BUDGET = "budget"
     IDLE = "idle"
     COMPILE_CAP = "compile_cap"
+    #: A busy tree still silent at the plain stall budget, past its learned or declared one.
+    STALL_BUDGET = "stall_budget"
+    #: A busy tree still silent at a multiple of its phase's earlier long silences.
+    EARLIER = "earlier_silences"
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,8 @@ class Look:
     idle_for_s: float = 0.0
     #: Evidence lines of a compile that made progress lately (``Window.compile_progress``); () when none.
     compiling: Tuple[str, ...] = ()
+    #: What the tree did when its budget, a suspicion, ran out; None while not looked at.
+    activity: Optional[busy.Activity] = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +108,12 @@ def judge(look: Look, granted_s: float, limits: Limits) -> Call:
             return Call(Action.EXTEND, extended, evidence=look.compiling)
         line = f"still compiling after {look.silent_s:.0f} s of silence (--compile-cap {limits.compile_cap_s:g})"
         return Call(Action.STALL, granted_s, Rule.COMPILE_CAP, (line, *look.compiling))
-    return Call(Action.STALL, granted_s, Rule.BUDGET)
+    allowed, activity = look.budget.busy_s, look.activity
+    if allowed is not None and activity is not None and activity.busy:
+        if look.silent_s <= allowed:
+            return Call(Action.ALLOW, allowed, evidence=activity.signs)
+        return Call(Action.STALL, allowed, Rule.EARLIER if look.budget.by_earlier else Rule.STALL_BUDGET, activity.signs)
+    return Call(Action.STALL, granted_s, Rule.BUDGET, activity.hang.evidence if activity and activity.hang else ())
 
 
 def sampling_due(silent_s: float, budget_s: float) -> bool:
@@ -130,6 +150,8 @@ class SilenceWatch:
         self.fields: Optional[Dict[str, Any]] = None
         #: Whose silence was judged last (a rank; None: the one process) and how long it was then.
         self._judged: Optional[Tuple[Optional[int], float]] = None
+        #: What the tree did when its suspicion ran out (:mod:`trainbox.supervise.stalls.busy`), and the budget then.
+        self.activity: Optional[Tuple[busy.Activity, Budget]] = None
 
     def beat(self) -> None:
         """Progress: this silence is over."""
@@ -139,6 +161,7 @@ class SilenceWatch:
         self._compiling = ((), 0.0)
         self.reported = False
         self.fields = None
+        self.activity = None
 
     def judging(self, who: Optional[int], silent_s: float) -> None:
         """The silence judged next is ``who``'s (a rank; None: the one process), ``silent_s`` long. When that is not
@@ -168,11 +191,29 @@ class SilenceWatch:
         # the supervisor looks at most every half second, trainbox.supervise.monitor.POLL_S.)
         lines, seen = self._compiling
         compiling = lines if now - seen <= 2 * interval + 0.5 else ()
-        look = Look(silent_s, budget, self.window.idle_for_s(), compiling)
+        if silent_s > self.budget_s(budget) and budget.busy_s is not None and self.activity is None and not compiling:
+            self.activity = (busy.look(self.window), budget)  # once per silence: two stack dumps at most
+        activity = self.activity[0] if self.activity is not None else None
+        look = Look(silent_s, budget, self.window.idle_for_s(), compiling, activity)
         call = judge(look, self.budget_s(budget), self.limits)
-        if call.action is Action.EXTEND:
+        if call.action in (Action.EXTEND, Action.ALLOW):
             self._granted = call.budget_s
         return call
+
+    def busy_fields(self) -> Optional[Dict[str, Any]]:
+        """What the tree did when its suspicion ran out, for ``state.json`` and the ``stall`` event's ``busy``: the
+        signs, the guess, the suspicion (``budget``), when a busy tree is judged (``judged_at_s``) and by which bound
+        (``bound``), and the wait the stack showed (``hang``); None when the tree was not looked at."""
+        if self.activity is None:
+            return None
+        activity, budget = self.activity
+        bound = Rule.EARLIER if budget.by_earlier else Rule.STALL_BUDGET
+        return {**activity.to_dict(), "budget": budget.name, "judged_at_s": budget.busy_s, "bound": bound.value}
+
+    def allowed(self) -> Optional[Dict[str, Any]]:
+        """:meth:`busy_fields` while a busy tree is allowed past its suspicion (``state.json``'s ``busy``), else None."""
+        fields = self.busy_fields()
+        return fields if fields is not None and fields["busy"] else None
 
     def diagnose(self, call: Call, stacks: Mapping[int, str], kernel_text: str = "") -> Dict[str, Any]:
         """Classify the stall ``call`` called (from the incident's stacks); the fields for events and summary."""
@@ -198,11 +239,23 @@ def extension(budget: Budget, call: Call, silent_s: float) -> Dict[str, Any]:
     }
 
 
+def allow_line(attempt: int, budget: Budget, call: Call, silent_s: float, guess: str) -> str:
+    """The console line that says a busy silence goes on past its suspicion."""
+    bound = "its earlier silences there" if budget.by_earlier else "the stall budget"
+    return (
+        f"attempt {attempt}: silent {silent_s:.0f} s, past its {budget.name} budget {budget.seconds:.0f} s but busy "
+        f"({guess}: {call.evidence[0]}): judged at {call.budget_s:.0f} s ({bound})"
+    )
+
+
 def stall_line(attempt: int, silent_s: float, budget: Budget, call: Call, limits: Limits, phase: Optional[str]) -> str:
     """The console line that announces a stall (before the cause is known)."""
     why = {
         Rule.IDLE: f"with the whole tree idle for --idle-timeout {limits.idle_timeout_s:g} s (within its {budget.name} budget)",
         Rule.COMPILE_CAP: f"and still compiling at --compile-cap {limits.compile_cap_s:g} s",
         Rule.BUDGET: f"> {budget.name} budget {call.budget_s:.1f} s",
+        Rule.STALL_BUDGET: f"busy past its {budget.name} budget {budget.seconds:.1f} s, > stall budget {call.budget_s:.1f} s",
+        Rule.EARLIER: f"busy past its {budget.name} budget {budget.seconds:.1f} s, > {call.budget_s:.1f} s, "
+        "its earlier silences there times the learned factor",
     }[call.rule or Rule.BUDGET]
     return f"attempt {attempt} stalled: silent {silent_s:.1f} s {why}" + (f" in phase {phase!r}" if phase else "")

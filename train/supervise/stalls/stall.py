@@ -52,6 +52,9 @@ class StallFindings:
     first_beat_ts: Optional[float]
     first_step_ts: Optional[float]
     last_beat: Optional[Dict[str, Any]]
+    #: What the tree did when a learned or declared budget ran out, and why a busy silence went on past it
+    #: (:meth:`~trainbox.supervise.stalls.silence.SilenceWatch.busy_fields`); None when no such budget ran out.
+    busy: Optional[Dict[str, Any]]
     #: Why the incident report could not be written (a full disk); absent from the event when it was.
     incident_error: Optional[str] = field(default=None)
 
@@ -111,6 +114,7 @@ def examine(attempt: Attempt, outcome: Outcome, budget: Budget, call: Call, sile
         at=policy.position(outcome.last_beat, attempt.launch.profile),
         incident_s=round(time.monotonic() - detected, 3),
         learned=attempt.policy.learned(),
+        busy=attempt.watch.busy_fields(),
         **outcome.timing(),
         last_beat=outcome.last_beat,
     )
