@@ -19,17 +19,19 @@ from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence, Tuple
 
 from trainbox import errors
+from trainbox.atomic import write_text_atomic
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import UserError
 from trainbox.job import incident as job_incident
 from trainbox.rundir import exit_record, layout, owner
-from trainbox.rundir.layout import RunDir
+from trainbox.rundir.layout import JobDir, RunDir
 from trainbox.supervise.planner import Launch, Planner
 from trainbox.supervise.resume.resumer import Resumer
 from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, STALL_TIMEOUT, SupervisorSettings
 from trainbox.supervise.settings import add_arguments as add_supervisor_arguments
 from trainbox.supervise.settings import given as given_options
 from trainbox.supervise.supervisor import Supervisor, SupervisorSpec
+from trainbox.view import job as job_view
 from trainbox.view import metrics as run_metrics
 from trainbox.view import status as run_status
 from trainbox.yolo import kernels, offline
@@ -320,6 +322,11 @@ def _status(args: argparse.Namespace) -> int:
     deadline = _deadline(args.deadline)
     run_dir = Path(args.run_dir) if args.run_dir else run_status.newest_run(Path(RUNS_DIR))
     which = "" if args.run_dir else f" (the newest run under {RUNS_DIR}/; --run-dir for another)"
+    if job_view.is_job(run_dir):
+        if args.watch:
+            raise UserError(f"{run_dir} is a job of several nodes: status --watch follows one, --run-dir {run_dir}/node-0")
+        print("\n".join(job_view.render(run_dir)))
+        return 0
     if args.watch:
         from trainbox.view import live as watch
 
@@ -337,6 +344,11 @@ def _report(args: argparse.Namespace) -> int:
     deadline = _deadline(args.deadline)
     if not args.run_dir.is_dir():  # not the run directory: its root, the user's own path
         raise UserError(f"RUN_DIR {args.run_dir} is not a directory: give the folder a run wrote (`run --run-dir`)")
+    if job_view.is_job(args.run_dir):  # a job of several nodes: its table, linking to each node's own report
+        out = args.out or JobDir(args.run_dir).report
+        write_text_atomic(out, job_view.html_page(args.run_dir))
+        print(out)
+        return 0
     try:
         print(html_report.write(args.run_dir, args.out, deadline))
     except ModuleNotFoundError as missing:

@@ -26,10 +26,21 @@ def dump(*frames: str) -> str:
 
 def test_explicit_collectives_and_the_rendezvous_are_waits_for_peers() -> None:
     for frames in (
-        ("all_reduce (torch/distributed/distributed_c10d.py:2801)", "wrapper (torch/distributed/c10d_logger.py:81)", "step (t.py:9)"),
+        (
+            "all_reduce (torch/distributed/distributed_c10d.py:2801)",
+            "wrapper (torch/distributed/c10d_logger.py:81)",
+            "step (t.py:9)",
+        ),
         ("barrier (torch/distributed/distributed_c10d.py:4100)", "main (t.py:3)"),
-        ("_delay (torch/distributed/elastic/rendezvous/utils.py:240)", "next_rendezvous (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1100)"),
-        ("wait (threading.py:320)", "DistributedDataParallel._sync_buffers (torch/nn/parallel/distributed.py:1800)", "fwd (t.py:4)"),
+        (
+            "_delay (torch/distributed/elastic/rendezvous/utils.py:240)",
+            "next_rendezvous (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1100)",
+        ),
+        (
+            "wait (threading.py:320)",
+            "DistributedDataParallel._sync_buffers (torch/nn/parallel/distributed.py:1800)",
+            "fwd (t.py:4)",
+        ),
     ):
         assert collective.waiting_for_peers(dump(*frames), 7), frames
 

@@ -45,8 +45,13 @@ def test_when_every_rank_waits_for_a_peer_none_is_named() -> None:
 
 
 def part(node: int, ts: float, silent_s: float, ranks: List[RankSeen]) -> Dict[str, Any]:
-    return {"node": node, "ts": ts, "silent_s": silent_s, "incident": f"/j/node-{node}/incidents/1-0",
-            "ranks": [r.__dict__ for r in ranks]}
+    return {
+        "node": node,
+        "ts": ts,
+        "silent_s": silent_s,
+        "incident": f"/j/node-{node}/incidents/1-0",
+        "ranks": [r.__dict__ for r in ranks],
+    }
 
 
 def test_a_verdict_is_made_from_the_parts_of_the_newest_stall_only() -> None:

@@ -199,8 +199,16 @@ class JobIncidents:
                 )
             )
         session, attempt = (int(n) for n in report.root.name.split("-"))
-        return {"node": self.node, "session": session, "attempt": attempt, "ts": ts, "silent_s": silent,
-                "cause": record.get("cause"), "incident": str(report.root), "ranks": [asdict(r) for r in ranks]}
+        return {
+            "node": self.node,
+            "session": session,
+            "attempt": attempt,
+            "ts": ts,
+            "silent_s": silent,
+            "cause": record.get("cause"),
+            "incident": str(report.root),
+            "ranks": [asdict(r) for r in ranks],
+        }
 
     def write_part(self, record: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         made = self.part(record)

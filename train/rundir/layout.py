@@ -286,6 +286,7 @@ class JobDir(_Layout):
         "the newest job-level stall: every silent rank of every node that reported, and the first one to go silent "
         "(the one the others wait for)",
     )
+    report = Entry("report.html", "`trainbox report JOB`: every node in one table, each linking to its node's report")
     incident_part = Numbered(
         "incidents/<node>-<session>-<attempt>.json",
         "what node `<node>` saw of a stall of its attempt `<attempt>` (session as above): its ranks, each one's last "

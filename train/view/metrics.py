@@ -72,9 +72,9 @@ from trainbox.atomic import remove_stale_temps, write_text_atomic
 from trainbox.errors import UserError, say
 from trainbox.rundir import records
 from trainbox.rundir.events import Cause
-from trainbox.rundir.layout import RunDir
+from trainbox.rundir.layout import JobDir, RunDir
 from trainbox.rundir.progress import MAX_SAMPLES, SAMPLE, SAMPLE_LINE_BYTES
-from trainbox.rundir.records import parse_records
+from trainbox.rundir.records import parse_records, rank_files, read_beat
 from trainbox.rundir.state import State
 from trainbox.supervise.settings import METRICS_TEXTFILE
 from trainbox.view import status
@@ -194,6 +194,16 @@ def _last_progress(run: _Run) -> List[Sample]:
     return _one(max(times)) if times else []
 
 
+def _rank_beats(run: _Run) -> List[Sample]:
+    """Each rank's last beat (unix time), labelled ``rank``: under torchrun, one series per rank of this node."""
+    found = []
+    for rank in rank_files(run.view.run):
+        ts = _number(read_beat(run.view.run.files, run.view.run.rank_heartbeat(rank)).get("ts"))
+        if ts is not None:
+            found.append(({"rank": str(rank)}, ts))
+    return found
+
+
 def _pace(run: _Run) -> List[Sample]:
     """Steps per second over the last :data:`PACE_WINDOW_S` of the latest attempt's samples; 0 when silent that long."""
     if run.view.finished or not run.samples:
@@ -264,6 +274,9 @@ METRICS: Tuple[Metric, ...] = (
         lambda run: _one(run.view.beat.get("step")),
     ),
     Metric("trainbox_last_progress_timestamp_seconds", "gauge", "When the child last made progress (unix time).", _last_progress),
+    Metric(
+        "trainbox_rank_last_beat_timestamp_seconds", "gauge", "Under torchrun: when each rank last beat (unix time).", _rank_beats
+    ),
     Metric("trainbox_steps_per_second", "gauge", "Steps per second over the last minute of progress samples.", _pace),
     Metric("trainbox_restarts_total", "counter", "Restarts of the child in this run directory.", _counter("restart")),
     Metric("trainbox_crashes_total", "counter", "Attempts that exited non-zero in this run directory.", _counter("crash")),
@@ -312,18 +325,46 @@ def run_name(run_dir: Path) -> str:
     return _label(Path(os.path.abspath(run_dir)).name) or "/"
 
 
+def job_labels(run_dir: Path) -> Dict[str, str]:
+    """``job`` and ``node`` of a node's run directory in a job's (``<job>/node-<n>/`` beside ``job.json``), else none."""
+    where = Path(os.path.abspath(run_dir))
+    job = JobDir(where.parent)
+    node = job.node.number_of(where.name)
+    if node is None or job.files.stat(job.job).value is None:
+        return {}
+    return {"job": _label(where.parent.name), "node": str(node)}
+
+
 def collect(
     run_dir: Path, now: Optional[float] = None, deadline_ts: Optional[float] = None, run: Optional[str] = None
 ) -> List[Family]:
-    """The run's metrics now, each sample labelled ``run`` (default :func:`run_name`); never raises on its files."""
+    """The run's metrics now, each sample labelled ``run`` (default :func:`run_name`), and ``job`` and ``node`` for a
+    node of a job; a job's directory gives every node's; never raises on its files."""
+    job = JobDir(Path(run_dir))
+    if job.files.stat(job.job).value is not None:
+        return _merged([collect(job.node(node), now, deadline_ts, run) for node in job.nodes()])
     read = read_run(Path(run_dir), time.time() if now is None else now, deadline_ts)
     name = _label(run) if run else run_name(Path(run_dir))
+    extra = job_labels(Path(run_dir))
     families = []
     for metric in METRICS:
-        samples = tuple(({"run": name, **labels}, value) for labels, value in _known(metric, read))
+        samples = tuple(({"run": name, **extra, **labels}, value) for labels, value in _known(metric, read))
         if samples:
             families.append(Family(metric.name, metric.kind, metric.help, samples))
     return families
+
+
+def _merged(per_node: Sequence[List[Family]]) -> List[Family]:
+    """Every node's families as one list: a metric's samples from all nodes together, in the metrics' order."""
+    by_name: Dict[str, Family] = {}
+    for families in per_node:
+        for family in families:
+            known = by_name.get(family.name)
+            by_name[family.name] = (
+                family if known is None else Family(known.name, known.kind, known.help, known.samples + family.samples)
+            )
+    order = [metric.name for metric in METRICS]
+    return sorted(by_name.values(), key=lambda family: order.index(family.name))
 
 
 # -- the text exposition format 0.0.4 -------------------------------------------------------------------------------
