@@ -169,3 +169,17 @@ def test_write_bytes_is_the_site_too_and_an_unarmed_program_saves_whole_files(tm
     whole = saving(tmp_path / "whole", "sleep@output,lines>=999", "")
     assert whole.returncode == 0 and len(whole.stdout.splitlines()) == 3, whole.stderr
     assert [torch.load(tmp_path / "whole" / f"path-{i}.pt")["i"] for i in range(3)] == [0, 1, 2]
+
+
+def test_a_fault_armed_for_a_node_of_a_slurm_job_fires_on_that_node_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``node`` comes from ``SLURM_NODEID``: a real ``raise`` fault, fired on node 1 and not on node 0 or outside Slurm."""
+    monkeypatch.setenv(faults.FAULT_ENV, "raise@step,node=1")
+    for node in ("0", None):
+        if node is None:
+            monkeypatch.delenv("SLURM_NODEID", raising=False)
+        else:
+            monkeypatch.setenv("SLURM_NODEID", node)
+        faults.point("step", step=1)  # nothing fires
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    with pytest.raises(RuntimeError):
+        faults.point("step", step=1)

@@ -13,7 +13,8 @@ The draw is a hash of ``TRAIN_FAULT_SEED`` (default 0), the site and its context
 run is repeatable: the same seed hangs at the same steps of the same attempts.
 
 ``attempt`` is always available (from ``TRAIN_ATTEMPT``), and under torchrun
-``rank`` (from ``RANK``): ``sleep@step,rank=1`` hangs one rank. Code declares sites
+``rank`` (from ``RANK``): ``sleep@step,rank=1`` hangs one rank, and in a Slurm job ``node``
+(from ``SLURM_NODEID``): ``sleep@step,node=1`` hangs the ranks of the job's second node. Code declares sites
 with ``faults.point("site", epoch=..., batch=...)``; with no ``TRAIN_FAULT`` set
 that is one dictionary lookup. The supervisor's own site is ``supervisor``
 (each look at the heartbeat; ``epoch`` and ``step`` from the last beat, ``hangs``: how many
@@ -434,6 +435,7 @@ def point(site: str, **context: object) -> None:
         return
     context.setdefault("attempt", os.environ.get(ATTEMPT_ENV, "0"))
     context.setdefault("rank", os.environ.get("RANK"))
+    context.setdefault("node", os.environ.get("SLURM_NODEID"))
     for fault in armed():
         if fault.matches(site, context):
             _firing.clear()
