@@ -62,6 +62,7 @@ import io
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -308,6 +309,20 @@ def raise_error() -> None:
     raise RuntimeError("trainbox fault: injected exception")
 
 
+def raise_os_error() -> None:
+    """Raise another error than ``raise`` does (a different crash at the same place: a shard that cannot be read)."""
+    raise OSError("trainbox fault: injected OSError")
+
+
+def connect_refused() -> None:
+    """Connect to a port nobody listens on: a real ``ConnectionRefusedError``, as an upload to a server that is down
+    raises (a transient error: trainbox.supervise.crashes)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: a connection to it is refused
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
 def finish_during_incident() -> None:
     """Stop beating, then exit 0 as soon as the supervisor starts writing its incident report.
 
@@ -339,6 +354,8 @@ KINDS: Dict[str, Callable[[], None]] = {
     "setsid": hang_with_setsid_grandchild,
     "crash": crash,
     "raise": raise_error,
+    "oserror": raise_os_error,
+    "refused": connect_refused,
     "sigkill": sigkill_self,
     "finish-during-incident": finish_during_incident,
     "loader": hang_in_dataloader,

@@ -232,3 +232,27 @@ def test_a_crash_that_differs_or_moves_or_has_no_exception_line_is_retried_as_be
 def test_a_repeated_crash_with_another_rung_to_try_is_retried_there() -> None:
     counters = decide(named_crash("E: a"), Counters(), SETTINGS).counters
     assert decide(named_crash("E: a"), counters, SETTINGS, last_rung=False).verdict is Verdict.RESTART
+
+
+def transient_crash(beats: int = 3, at: str = "at step 20") -> Outcome:
+    exception = "ConnectionResetError: [Errno 104] Connection reset by peer"
+    return Outcome(OutcomeKind.EXITED, code=1, beats=beats, detail={"exception": exception, "crash_at": at, "transient": True})
+
+
+def test_a_transient_crash_is_never_the_same_crash_and_backs_off_more_each_time() -> None:
+    """An upload that fails for a few seconds at step 20: the same line at the same place, but retried (the third try
+    passes), each wait longer than the one before, and within --max-restarts."""
+    decisions = script([transient_crash(), transient_crash(beats=2), completed()], SupervisorSettings(max_restarts=5))
+    assert verdicts(decisions) == [Verdict.RESTART, Verdict.RESTART, Verdict.SUCCEEDED]
+    assert decisions[-1].counters.restarts == 2 and decisions[-1].counters.crashes == 2
+    spent = script([transient_crash(beats=5)] * 9, SupervisorSettings(max_restarts=5, backoff_s=2.0, backoff_max_s=60.0))
+    assert verdicts(spent) == [Verdict.RESTART] * 5 + [Verdict.GAVE_UP] and spent[-1].reason == "restart budget spent"
+    assert delays(spent) == [2.0, 4.0, 8.0, 16.0, 32.0], "growing, though each attempt made progress"
+    assert delays(script([transient_crash(), crash(5)])) == [2.0, 2.0], "a crash of another kind starts over"
+
+
+def test_a_transient_crash_before_the_first_beat_is_no_configuration_error() -> None:
+    """A download refused at start-up twice says nothing of the command; only the restart budget ends it."""
+    early = [transient_crash(beats=0, at="before any progress")] * 3
+    assert verdicts(script(early, SupervisorSettings(max_restarts=2))) == [Verdict.RESTART] * 2 + [Verdict.GAVE_UP]
+    assert verdicts(script([transient_crash(beats=0), crash(0), crash(0)]))[-1] is Verdict.MISCONFIGURED

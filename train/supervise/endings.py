@@ -128,4 +128,6 @@ def describe(outcome: Outcome, launch: Launch) -> str:
         budget = f"{d['budget']} budget {d['budget_s']:.0f} s, silent {d['silent_s']:.0f} s"
         cause = f"cause {d['cause']}: {(d['evidence'] or ['no evidence'])[0]}; "
         return f"stall{phase}{profile} ({cause}{budget}, report {d['incident'] or 'not written'})"
-    return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s)"
+    exception = outcome.detail.get("exception")
+    said = f" ({exception})" if isinstance(exception, str) else ""
+    return f"exit status {outcome.code}{profile} after {outcome.beats} beat(s){said}"

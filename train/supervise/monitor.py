@@ -104,8 +104,11 @@ class Monitor:
         outcome.detail["progress_source"] = attempt.progress.source.value
         outcome.detail["last_output"] = tail.tail_lines(20)
         if outcome.crashed:
-            outcome.detail.update(crashes.named(outcome, launch.profile, self.record.run_dir.attempt_log(number)))
-            self._crashed(number, outcome, tail.tail_lines(5), tail.tail())
+            output = crashes.Output(tail.tail(), attempt.progress.output.latest()[0])
+            rank_failure = ranks.failure(self.record.run_dir.rank_error(number), output.tail)
+            log = self.record.run_dir.attempt_log(number)
+            outcome.detail.update(crashes.named(outcome, launch.profile, log, rank_failure, output))
+            self._crashed(number, outcome, tail.tail_lines(5), rank_failure)
         return outcome
 
     def _not_started(self, number: int, launch: Launch, why: str) -> Outcome:
@@ -113,13 +116,12 @@ class Monitor:
         self.record.emit("start", number, profile=launch.profile, argv=list(launch.argv), pid=None)
         say(f"cannot start {launch.argv[0]!r}: {why}")
         failed = Outcome(OutcomeKind.EXITED, code=NOT_STARTED, detail={"last_output": [why]})
-        self._crashed(number, failed, [why], why)
+        self._crashed(number, failed, [why], None)
         return failed
 
-    def _crashed(self, number: int, outcome: Outcome, last_lines: List[str], tail: str) -> None:
+    def _crashed(self, number: int, outcome: Outcome, last_lines: List[str], rank_failure: Optional[Dict[str, Any]]) -> None:
         self.record.count(outcome)
         self.record.set_state(State.CRASHED)
-        rank_failure = ranks.failure(self.record.run_dir.rank_error(number), tail)
         fields = dict(code=outcome.code, **outcome.timing(), last_beat=outcome.last_beat, last_output=last_lines)
         self.record.emit("crash", number, **fields, rank_failure=rank_failure)
         say(f"attempt {number} exited with status {outcome.code} after {outcome.beats} beat(s)")
@@ -156,8 +158,7 @@ class Monitor:
             if progressed and not device_recorded:
                 device_recorded = self._device(attempt, outcome.last_beat)
             if code is not None:
-                outcome.code = code
-                return outcome
+                return self._exited(attempt, outcome, code)
             if saved and self._moved(attempt, outcome):
                 return outcome
             lagging = attempt.progress.lagging(now)  # the job is as far as its slowest rank (or its one process)
@@ -182,6 +183,14 @@ class Monitor:
                 busy=attempt.watch.allowed(),  # a busy silence past its suspicion, for `status`
             )
             time.sleep(min(POLL_S, max(0.05, lagging.budget.seconds / 20)))
+
+    def _exited(self, attempt: Attempt, outcome: Outcome, code: int) -> Outcome:
+        """The child exited with ``code``: what it printed up to its end is read first, so that its last counter is
+        where it ended (a crash's place), not the one the last look happened to see."""
+        attempt.tee.read_to_end()
+        self._progress(attempt, outcome, time.monotonic())
+        outcome.code = code
+        return outcome
 
     def _stop(self, attempt: Attempt, outcome: Outcome) -> Outcome:
         self.record.set_state(State.STOPPING)

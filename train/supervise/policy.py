@@ -33,7 +33,10 @@ The rules, in the order they are applied:
    as the attempt before (``Outcome.detail``'s ``exception`` and ``crash_at``, named by
    :mod:`trainbox.supervise.crashes`) when there is nothing else to try is ``GAVE_UP`` at once: a crash that
    repeats word for word repeats at every restart, and the back-off would only delay the error a person must
-   read. A crash without an exception line, or with another one each time, is retried as any crash;
+   read. A crash without an exception line, or with another one each time, is retried as any crash. A crash
+   whose line says it is transient (``Outcome.detail``'s ``transient``: a connection reset, a timeout, an HTTP 5xx)
+   is never a repeat and never counts toward the no-beat rule: the same upload failing twice for a few seconds of
+   network trouble is no reason to stop, and the back-off below grows with each one in a row (``transients``);
 5. no restart left (``max_restarts``): ``GAVE_UP``;
 6. otherwise ``RESTART`` after the **backoff rule**'s delay.
 
@@ -159,6 +162,8 @@ class Counters:
     crashed: Optional[Tuple[str, str]] = None
     #: Steps done again after restarts: from where each resumed attempt began up to where the one before it got.
     redone_steps: int = 0
+    #: Transient crashes in a row, counting the last one (the backoff rule's exponent for them, see the crash repeat rule).
+    transients: int = 0
 
     def published(self) -> Dict[str, int]:
         return {"restarts": self.restarts, "stalls": self.stalls, "crashes": self.crashes, "redone_steps": self.redone_steps}
@@ -171,12 +176,13 @@ class Counters:
             return replace(self, crashes=self.crashes + 1)
         return self
 
-    def after_failure(self, beats: int) -> Counters:
-        """The streaks after a failed attempt that beat ``beats`` times."""
+    def after_failure(self, beats: int, transient: bool = False) -> Counters:
+        """The streaks after a failed attempt that beat ``beats`` times (``transient``: a crash that said it may pass)."""
         # A run that beat more than once made progress: whatever went wrong did not go wrong at once, so the
         # next failure starts a new series at the first delay. One beat proves only that the child started.
         failures = self.failures + 1 if beats <= 1 else 1
-        return replace(self, no_beat_streak=self.no_beat_streak + 1 if beats == 0 else 0, failures=failures)
+        no_beat = self.no_beat_streak + 1 if beats == 0 and not transient else 0
+        return replace(self, no_beat_streak=no_beat, failures=failures, transients=self.transients + 1 if transient else 0)
 
 
 def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -> Optional[str]:
@@ -200,11 +206,16 @@ def position(beat: Optional[Mapping[str, Any]], profile: Optional[str] = None) -
     return ", ".join(parts) or None
 
 
+def transient_crash(outcome: Outcome) -> bool:
+    """Whether ``outcome`` is a crash whose exception line says it may pass on its own (named so by the monitor)."""
+    return outcome.crashed and outcome.detail.get("transient") is True
+
+
 def crash_name(outcome: Outcome) -> Optional[Tuple[str, str]]:
     """A crash's (exception line, place) as the monitor named them (:mod:`trainbox.supervise.crashes`); None for
-    an attempt that did not crash, or crashed without an exception line."""
+    an attempt that did not crash, crashed without an exception line, or with a transient one (never a repeat)."""
     exception, at = outcome.detail.get("exception"), outcome.detail.get("crash_at")
-    if not outcome.crashed or not isinstance(exception, str) or not isinstance(at, str):
+    if not outcome.crashed or transient_crash(outcome) or not isinstance(exception, str) or not isinstance(at, str):
         return None
     return exception, at
 
@@ -251,7 +262,7 @@ def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, l
     repeated = at is not None and at == counters.stalled_at
     crash = crash_name(outcome)
     crashed_again = crash is not None and crash == counters.crashed
-    counters = replace(counters.after_failure(outcome.beats), stalled_at=at, crashed=crash)
+    counters = replace(counters.after_failure(outcome.beats, transient_crash(outcome)), stalled_at=at, crashed=crash)
     if counters.no_beat_streak >= NO_BEAT_ATTEMPTS:
         if outcome.output_works:
             return Decision(Verdict.GAVE_UP, counters, reason=NO_PROGRESS_READ)
@@ -263,7 +274,7 @@ def decide(outcome: Outcome, counters: Counters, settings: SupervisorSettings, l
         return Decision(Verdict.GAVE_UP, counters, reason=f"{REPEATED_CRASH} {crash[1]}")
     if counters.restarts >= settings.max_restarts:
         return Decision(Verdict.GAVE_UP, counters, reason="restart budget spent")
-    delay = backoff_s(counters.failures, settings)
+    delay = backoff_s(max(counters.failures, counters.transients), settings)
     return Decision(Verdict.RESTART, replace(counters, restarts=counters.restarts + 1), delay)
 
 

@@ -52,6 +52,10 @@ END_LINE_WAIT_S = 1.0
 CLOSE_WAIT_S = 2.0
 #: One read of the child's output (a pty's buffer is 4 KiB to 64 KiB).
 READ_BYTES = 65536
+#: How long :meth:`OutputTee.read_to_end` waits at most for the output of a child that exited, and the quiet that
+#: ends the wait sooner when a process that outlives it (a DataLoader worker) holds its terminal open: a traceback
+#: and a bar's last state are written in one burst, milliseconds apart.
+READ_TO_END_S, QUIET_S = 2.0, 0.25
 #: Reads taken after :meth:`OutputTee.close` asked the reader to end: what the child left in its terminal's buffer
 #: (64 KiB at most on Linux), and not forever when a process outside the ended tree keeps writing.
 DRAIN_READS = 64
@@ -194,6 +198,8 @@ class OutputTee:
         self._reading = True
         #: When the child last showed a new display state (monotonic seconds), None before its first.
         self.last_output: Optional[float] = None
+        #: When the reader last took a chunk of output (monotonic seconds).
+        self._chunk_at = time.monotonic()
         # close() writes a byte here to wake the reader (and closes this write end); the reader closes the read end.
         self._wake_r, self._wake_w = os.pipe()
         self._closing = False
@@ -231,6 +237,7 @@ class OutputTee:
         """Read, log and echo ``chunk``; False at the end of the output."""
         if chunk is None:
             return False
+        self._chunk_at = time.monotonic()
         if self._reading:
             self._read(chunk)
         self._write_log(chunk)
@@ -283,6 +290,16 @@ class OutputTee:
         echo, self._echo = self._echo, None
         if echo is not None:
             echo.end_line()
+
+    def read_to_end(self, wait_s: float = READ_TO_END_S, quiet_s: float = QUIET_S) -> None:
+        """Wait until what the child wrote has been read (after it exited: its last counter is where it ended): the
+        output's end, every writer gone; or ``quiet_s`` without a chunk, or ``wait_s`` in all (a process that
+        outlives the child holds its terminal open)."""
+        deadline = time.monotonic() + wait_s
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            if time.monotonic() - self._chunk_at >= quiet_s:
+                return
+            self._thread.join(min(0.02, max(0.0, deadline - time.monotonic())))
 
     def tail_lines(self, count: int) -> List[str]:
         """The last ``count`` display lines, a bar's last state included."""
