@@ -27,7 +27,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("diagnose",),  # why a child is silent
     ("supervise",),  # the supervisor and what only it uses
     ("job",),  # a job of several nodes, one supervisor each, seen as one thing
-    ("slurm",),  # a Slurm job: its variables, its run directory, its warning signal, the job as one thing
+    ("slurm",),  # a Slurm job step: its variables, its run directory, its warning signal
     ("view",),  # what a person sees: status, live view, report
     ("yolo",),  # everything Ultralytics
     ("container",),  # the images and containers

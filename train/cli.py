@@ -11,6 +11,7 @@ them, and a supervisor, its health checks and the test suite start this module m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import shlex
@@ -25,6 +26,8 @@ from trainbox.errors import UserError
 from trainbox.job import incident as job_incident
 from trainbox.rundir import exit_record, layout, owner
 from trainbox.rundir.layout import JobDir, RunDir
+from trainbox.slurm import env as slurm_env
+from trainbox.slurm import step as slurm_step
 from trainbox.supervise.planner import Launch, Planner
 from trainbox.supervise.resume.resumer import Resumer
 from trainbox.supervise.settings import LAUNCH_SETTINGS, NOTIFY, NOTIFY_ON, STALL_TIMEOUT, SupervisorSettings
@@ -78,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     supervise = sub.add_parser("supervise", help="supervise any command: python -m trainbox supervise [options] -- CMD ...")
     _add_supervisor_options(supervise, budgets_from_profile=False)
+    supervise.add_argument(
+        "--slurm",
+        action="store_true",
+        help="run as this node's supervisor of a Slurm job (automatic under srun): the job's run directory is "
+        f"{RUNS_DIR}/<command>-<jobid>/ (or --run-dir), with a folder per node; torchrun's rendezvous is the job's "
+        "(docs/slurm.md)",
+    )
     supervise.add_argument(
         "--ladder",
         type=Path,
@@ -227,6 +237,8 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
         stall_given=STALL_TIMEOUT.dest in given_options(args),
     )
     settings = _settings(args)
+    if args.slurm or slurm_env.in_job_step(os.environ):
+        launch = _slurm_step(args, launch)
     _place(args, layout.command_name(command))
     planner = _command_planner(args, launch, settings)
     resumer = Resumer(settings, args.run_dir, 0.0)
@@ -236,6 +248,16 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     if offline_advice is not None:
         errors.say(offline_advice)
     return Supervisor(_spec(args, planner, settings)).run()
+
+
+def _slurm_step(args: argparse.Namespace, launch: Launch) -> Launch:
+    """Place this node's run in the Slurm job's directory (``args.run_dir``); the launch with the job's rendezvous."""
+    if args.resume:
+        raise UserError("--resume is for runs on one machine: a Slurm job goes on with its own run when it is requeued")
+    given = args.run_dir if args.run_dir is not None else (Path(RUNS_DIR) / args.name if args.name else None)
+    step = slurm_step.prepare(launch.argv, layout.command_name(launch.argv), given, Path(RUNS_DIR), os.environ)
+    args.run_dir = step.run_dir
+    return dataclasses.replace(launch, env={**launch.env, **step.child_env})
 
 
 def _command_planner(args: argparse.Namespace, launch: Launch, settings: SupervisorSettings) -> Planner:

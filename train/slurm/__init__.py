@@ -6,6 +6,9 @@ itself does not know it runs under Slurm (the CLI wires these in):
 
 * :mod:`trainbox.slurm.env`: the job as Slurm describes it (``SLURM_*``), validated; where the job's run
   directory is, with a folder per node; the rendezvous endpoint;
-* :mod:`trainbox.slurm.signals`: Slurm's warning before the time limit, a stop at the next checkpoint;
-* the job-level incident and the job's view (the first silent rank across nodes, every node in one table).
+* :mod:`trainbox.slurm.shared`: whether the nodes see the same job directory, found out at the start;
+* :mod:`trainbox.slurm.step`: what the CLI asks of all that before the supervisor starts.
+
+What any job of several nodes shares, Slurm's or not (the job-level incident, the job's view), is
+:mod:`trainbox.job`'s, one layer below.
 """
