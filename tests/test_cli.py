@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -92,3 +96,21 @@ def test_the_line_that_goes_on_with_a_run_names_its_directory_once_however_it_wa
     at = words.index("supervise")
     assert words[at:] == ["supervise", "--run-dir", "runs/x", "--grace", "5", "--", "python", "train.py"], words
     assert cli.build_parser().parse_args(words[at:-3]).run_dir == Path("runs/x")
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--watch"], ["health"]])
+def test_a_reader_that_goes_away_ends_a_command_quietly(tmp_path: Path, command: List[str]) -> None:
+    """``status | head -3``: the pipe's reader gone before the command writes; no BrokenPipeError traceback."""
+    run = RunDir(tmp_path)
+    run.events.write_text('{"event": "start", "attempt": 0, "ts": 1}\n{"event": "exit", "attempt": 0, "code": 0, "ts": 2}\n')
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before a line is written
+    done = subprocess.run(
+        [sys.executable, "-m", "trainbox", *command, "--run-dir", str(tmp_path)],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
+    os.close(write_end)
+    assert done.returncode in (0, 128 + signal.SIGPIPE) and done.stderr == "", done.stderr

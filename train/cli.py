@@ -15,14 +15,15 @@ import dataclasses
 import datetime
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
-from typing import List, NoReturn, Optional, Sequence, Tuple
+from typing import Callable, List, NoReturn, Optional, Sequence, Tuple
 
 from trainbox import errors
 from trainbox.atomic import write_text_atomic
 from trainbox.doctor import cli as doctor_cli
-from trainbox.errors import UserError
+from trainbox.errors import ExitCode, UserError
 from trainbox.job import incident as job_incident
 from trainbox.rundir import exit_record, layout, owner
 from trainbox.rundir.layout import JobDir, RunDir
@@ -171,8 +172,8 @@ def _spec(args: argparse.Namespace, planner: Planner, settings: SupervisorSettin
         planner=planner,
         settings=settings,
         echo=not args.quiet,
-        on_end=_refresh_report,
-        on_publish=textfile,
+        on_end=lambda run: _refresh_report(run, shlex.join([*_head(), "report", str(run.root)])),
+        on_publish=_Announce(textfile),
         command=args.command_name,
         resume=_resume_line(args.own, args.run_dir, args.child),
         listeners=job_incident.listeners(Path(args.run_dir)),
@@ -208,16 +209,37 @@ def _resume_line(own: Sequence[str], run_dir: Path, command: Sequence[str]) -> s
             skip = not skip and _says_where(word) and "=" not in word  # the option's value is the next word
             continue
         words.append(word)
-    head = ["trainbox"] if Path(sys.argv[0]).name == "trainbox" else ["python", "-m", "trainbox"]
     tail = ["--", *command] if command else []
-    return shlex.join([*head, *words[:1], "--run-dir", str(run_dir), *words[1:], *tail])
+    return shlex.join([*_head(), *words[:1], "--run-dir", str(run_dir), *words[1:], *tail])
 
 
-def _refresh_report(run: RunDir) -> None:
+def _head() -> List[str]:
+    """How this command was called: ``trainbox``, or ``python -m trainbox``."""
+    return ["trainbox"] if Path(sys.argv[0]).name == "trainbox" else ["python", "-m", "trainbox"]
+
+
+class _Announce:
+    """The run's first line, said at its first ``state.json`` (the run directory is locked, and can be watched):
+    where the run is and the command that watches it. Then the metrics textfile's refresh, when there is one."""
+
+    def __init__(self, then: Optional[Callable[[RunDir], None]]) -> None:
+        self.then = then
+        self.said = False
+
+    def __call__(self, run: RunDir) -> None:
+        if not self.said:
+            self.said = True
+            watch = shlex.join([*_head(), "status", "--run-dir", str(run.root), "--watch"])
+            errors.say(f"the run is in {run.root}; to watch it: {watch}")
+        if self.then is not None:
+            self.then(run)
+
+
+def _refresh_report(run: RunDir, rewrite: str) -> None:
     """The HTML report, rewritten as the run ends (presentation: imported only here, when needed)."""
     from trainbox.view import html_report
 
-    html_report.refresh(run)
+    html_report.refresh(run, rewrite)
 
 
 def _split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -382,11 +404,23 @@ def _report(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     own, command = _split_command(sys.argv[1:] if argv is None else argv)
-    code = _main(own, command)
+    try:
+        code = _main(own, command)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`status | head -3`) is seen while it can be handled
+    except BrokenPipeError:
+        return _reader_gone()
     # In a container whose engine restarts on failure, a final outcome is reported as 0 (trainbox.rundir.exit_record);
     # a container names its run directory in $TRAIN_RUN_DIR.
     run_dir = os.environ.get("TRAIN_RUN_DIR")
     return exit_record.for_engine(own[0] if own else None, code, Path(run_dir)) if run_dir else code
+
+
+def _reader_gone() -> int:
+    """Whoever read stdout has gone (``| head -3``): end quietly, as a shell's own commands do, with SIGPIPE's status."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere, and the exit's flush cannot fail
+    os.close(devnull)
+    return ExitCode.for_signal(signal.SIGPIPE)
 
 
 def _parse(own: List[str], command: List[str]) -> argparse.Namespace:

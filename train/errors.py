@@ -9,6 +9,8 @@ everywhere and no traceback is ever shown for a user's mistake (the
 
 The supervisor's own running commentary (a restart, a stall's cause) is not an error either, but it takes the
 same road: :func:`say` writes one ``trainbox: ...`` line on stderr, and a stderr that is gone never ends anything.
+Each such line starts on a line of its own: a child's bar echoed without its newline is ended first by whoever
+echoes it (:func:`before_say`; the supervisor's echo, :mod:`trainbox.supervise.output.reader`).
 
 A stop signal is not an error: :mod:`trainbox.interrupt` reports it, with the
 shell's status 128 + N (:meth:`ExitCode.for_signal`).
@@ -20,7 +22,7 @@ import contextlib
 import errno
 import sys
 from enum import IntEnum
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 PREFIX = "trainbox: error: "
 
@@ -121,8 +123,23 @@ def report(error: TrainboxError, stream: Optional[TextIO] = None) -> int:
     return int(error.code)
 
 
+def _nothing() -> None:
+    """Before a line, with no echo to end (see :func:`before_say`)."""
+
+
+#: Called before each line :func:`say` writes (see :func:`before_say`).
+_line_start: Callable[[], None] = _nothing
+
+
+def before_say(hook: Callable[[], None]) -> None:
+    """Call ``hook`` before each line :func:`say` writes: the echo of a child's output ends the line it left open."""
+    global _line_start
+    _line_start = hook
+
+
 def say(message: str) -> None:
-    """One line on stderr; a stderr that is gone (a closed terminal) must not end supervision."""
+    """One line on stderr, on a line of its own; a stderr that is gone (a closed terminal) must not end supervision."""
+    _line_start()
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"trainbox: {message}\n")
         sys.stderr.flush()

@@ -67,7 +67,7 @@ def test_a_crash_that_repeats_word_for_word_ends_the_run_on_the_second_quoting_i
     )
     assert done.code == ExitCode.GAVE_UP, done.stderr
     assert done.kinds().count("start") == 2, done.kinds()
-    last = done.stderr.strip().splitlines()[-1]
+    [last] = [line for line in done.stderr.splitlines() if line.startswith("trainbox: giving up")]
     log = run_dir / "logs" / "attempt-1.log"
     assert last.endswith(f"Both ended with: RuntimeError: operator torchvision::nms does not exist (in {log})"), last
     assert "the same crash twice in a row, at step 3" in last and log.is_file()

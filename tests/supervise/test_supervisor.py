@@ -532,3 +532,38 @@ def test_ctrl_c_says_in_one_line_of_its_own_what_it_stopped_where_the_run_is_and
     )
     resume = shlex.split(line.split("; to go on with it: ", 1)[1])
     assert resume == ["python", "-m", "trainbox", "supervise", "--run-dir", str(run_dir), "--grace", "5", "--", *command]
+
+
+#: A real tqdm bar drawn to 13/40, then the supervisor's Ctrl-C, sent at once (before its next look at the output).
+CTRL_C_AFTER_BAR = """
+import os, signal, time
+from tqdm import tqdm
+bar = tqdm(total=40, desc="Epoch 2", mininterval=0)
+for _ in range(13):
+    time.sleep(0.01)
+    bar.update(1)
+os.kill(os.getppid(), signal.SIGINT)
+time.sleep(60)
+"""
+
+
+def test_the_ctrl_c_line_takes_the_newest_position_read_not_the_last_look_s(tmp_path: Path) -> None:
+    script = tmp_path / "bar.py"
+    script.write_text(CTRL_C_AFTER_BAR)
+    run_dir = tmp_path / "run"
+    done = train_cli(["supervise", "--run-dir", str(run_dir), "--grace", "1", "--", sys.executable, str(script)], run_dir)
+    assert done.code == ExitCode.for_signal(signal.SIGINT), done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("trainbox: Ctrl-C: ")]
+    assert "is at phase train, epoch 2 batch 13;" in line, line
+    assert not survivors(run_dir)
+
+
+def test_the_first_line_says_where_the_run_is_the_last_its_report_and_no_file_is_left_empty(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = supervise(run_dir, None)
+    assert done.code == ExitCode.OK, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"trainbox: the run is in {run_dir}; to watch it: python -m trainbox status --run-dir {run_dir} --watch"
+    assert lines[-1] == f"trainbox: report: {run_dir / 'report.html'} (written again by: python -m trainbox report {run_dir})"
+    empty = [str(path.relative_to(run_dir)) for path in run_dir.rglob("*") if path.is_file() and path.stat().st_size == 0]
+    assert empty == [] and not (run_dir / "stacks").exists(), empty

@@ -193,6 +193,7 @@ class Monitor:
         return outcome
 
     def _stop(self, attempt: Attempt, outcome: Outcome) -> Outcome:
+        self._progress(attempt, outcome, time.monotonic())  # the newest position read (the bar drawn), not the last look's
         self.record.set_state(State.STOPPING)
         attempt.tee.end_echo()  # the line that says the stop is a line of its own, after the bar as it was
         self.stopping(attempt.number, outcome.last_beat)
@@ -262,6 +263,8 @@ class Monitor:
         saved = outcome.saw(record, time.time())
         if self.record.state is State.STARTING:
             self.record.set_state(State.RUNNING, heartbeat=record)
+        else:
+            self.record.publish(heartbeat=record)  # state.json's last counter: up to the exit, written as the run ends
         return True, saved
 
     def _device(self, attempt: Attempt, beat: Optional[Dict[str, Any]]) -> bool:

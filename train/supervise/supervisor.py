@@ -168,7 +168,7 @@ class Supervisor:
                 self._notifier.close(notifier.CLOSE_S)  # the exit notification goes out (bounded; it ran during the report)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            watchdog.remove_stack_dump(own_stacks)
+            watchdog.remove_stack_dump(self.run_dir, own_stacks)
             lock.release()
         return code
 

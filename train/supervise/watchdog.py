@@ -32,12 +32,20 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import re
+import stat
 from typing import IO, Any, Dict, Iterable, Optional
 
 from trainbox.errors import say
 from trainbox.heartbeat import STACK_DUMP_SIGNAL, open_stack_file
 from trainbox.rundir.layout import RunDir
 from trainbox.system import proctree
+
+#: A stack dump's name in ``stacks/`` (``<pid>.txt``): only such a file, and only when empty, is removed at the end.
+_STACK_FILE = re.compile(r"[0-9]+\.txt")
+_STACK_FOLDER = re.compile(r"stacks")
+#: The most names of ``stacks/`` looked at when the run ends (one per process that ever beat: a few hundred).
+MAX_STACK_FILES = 4096
 
 #: Hangs in a row after which the next supervisor of the run gives up instead of training (see above).
 MAX_HANGS = 2
@@ -68,10 +76,18 @@ def install_stack_dump(run: RunDir, pid: int) -> Optional[IO[str]]:
     return dump
 
 
-def remove_stack_dump(dump: Optional[IO[str]]) -> None:
+def remove_stack_dump(run: RunDir, dump: Optional[IO[str]]) -> None:
+    """Stop dumping, and leave no empty file behind: the stack dumps nobody asked for (this supervisor's, and those
+    its children opened as they beat) are removed as the run ends, and ``stacks/`` with them when nothing is left."""
     if dump is not None:
         faulthandler.unregister(STACK_DUMP_SIGNAL)
         dump.close()
+    folder = run.stack_dump.directory
+    for name in run.files.list_dir(folder, MAX_STACK_FILES).value or []:
+        found = run.files.stat(folder / name).value
+        if _STACK_FILE.fullmatch(name) and found is not None and stat.S_ISREG(found.st_mode) and found.st_size == 0:
+            run.files.remove(folder / name, _STACK_FILE)
+    run.files.remove_folder(folder, _STACK_FOLDER)  # refused (and kept) while something is in it
 
 
 def hangs_in_a_row(events: Iterable[Dict[str, Any]]) -> int:

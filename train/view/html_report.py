@@ -532,8 +532,9 @@ def write(run_dir: Path, out: Optional[Path] = None, deadline: Optional[datetime
     return target
 
 
-def refresh(run: RunDir) -> None:
-    """The supervisor's call as the run ends: write the report, quietly (the run's last line stays its outcome).
+def refresh(run: RunDir, rewrite: str) -> None:
+    """The supervisor's call as the run ends: write the report, and say where it is, after the run's outcome: the
+    run's last line names its report and ``rewrite``, the command that writes it again.
 
     A failure is one line and changes nothing else.
     """
@@ -543,6 +544,8 @@ def refresh(run: RunDir) -> None:
         say("no report written: matplotlib is not installed (`pip install matplotlib`; the host and yolo extras have it)")
         return
     try:
-        write(run.root)
+        written = write(run.root)
     except Exception as exc:  # best-effort by design: a report must never change how the run ended
         say(f"no report written: {type(exc).__name__}: {exc}")
+        return
+    say(f"report: {written} (written again by: {rewrite})")

@@ -348,10 +348,11 @@ def test_a_missing_notifier_is_one_line_and_the_run_goes_on(tmp_path: Path) -> N
     child = faulty_child("--steps", "5", "--interval", "0.05")
     run = train_cli(["supervise", "--run-dir", str(run_dir), "--quiet", "--notify", str(missing), "--", *child], run_dir)
     assert run.code == 0, run.stderr
-    assert run.stderr.splitlines() == [
+    said = [line for line in run.stderr.splitlines() if not line.startswith(("trainbox: the run is in", "trainbox: report: "))]
+    assert said == [
         f"trainbox: notify: notifier {missing} cannot start: not found, or not executable (said once; the run goes on)",
         "trainbox: completed after 1 attempt(s) (0 stall(s), 0 crash(es))",
-    ]
+    ], "besides the run's first line (where it is) and its last (its report)"
     assert run.kinds() == ["notify_failed", "start", "exit"]
 
 
@@ -367,3 +368,16 @@ def test_a_failing_notifier_s_secret_is_not_recorded(tmp_path: Path) -> None:
     [(kind, line)] = failures.seen
     assert kind == "status" and "SECRETtoken123" not in line and "/services/" not in line, line
     assert "Not Found for url: https://hooks.slack.com/[redacted] (said once; the run goes on)" in line
+
+
+def test_a_secret_at_the_quote_s_cut_is_redacted_whole(tmp_path: Path) -> None:
+    """The notifier's last line is redacted before it is cut to its length: a token there keeps none of itself."""
+    token = "Ab1" * 14
+    failing = script(tmp_path, "fail.sh", f'echo "{"." * (notify.QUOTE_CHARS - 15)} {token}" >&2\nexit 1\n')
+    failures = Failures()
+    notifier = Notifier([str(failing)], frozenset({"exit"}), failures)
+    notifier.send({"event": "exit", "attempt": 0, "code": 1})
+    notifier.close(timeout=10)
+
+    [(kind, line)] = failures.seen
+    assert kind == "status" and token[:6] not in line, line

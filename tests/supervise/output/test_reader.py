@@ -13,11 +13,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from tests.supervised import REPO, cli_env, read_events, survivors
+import pytest
+
+from tests.supervised import REPO, cli_env, read_events, survivors, wait_for
 from trainbox.errors import ExitCode
 from trainbox.rundir.safe import RunFiles
-from trainbox.supervise.output.reader import NOT_ECHOED, Echo, OutputTee
+from trainbox.supervise.output.reader import NOT_ECHOED, Echo, OutputTee, not_echoed_line
 
 #: Lines the next attempt prints, one at a time: every reader blocked on the pipe is waiting for each of them.
 LINES = 200
@@ -83,3 +86,78 @@ def test_a_supervisor_whose_stdout_nobody_reads_does_not_kill_a_healthy_child(tm
     assert stderr.read_text().count(NOT_ECHOED) == 1, "said once"
     assert (tmp_path / "logs" / "attempt-0.log").read_text().count("step") == 40, "logged in full"
     assert not survivors(tmp_path)
+
+
+#: A real tqdm bar that stops at 11/40 without its newline, then hangs (stall) or crashes (exit 1).
+UNFINISHED_BAR = """
+import sys, time
+from tqdm import tqdm
+bar = tqdm(total=40, mininterval=0)
+for _ in range(11):
+    bar.update(1)
+    time.sleep(0.02)
+if sys.argv[1] == "crash":
+    sys.exit(1)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("ending", ["stall", "crash"])
+def test_each_trainbox_line_starts_a_line_of_its_own_after_an_unfinished_bar(tmp_path: Path, ending: str) -> None:
+    """Not ``...11/40 [00:00<00:00, 49.3it/s]trainbox: attempt 0 stalled``: stdout and stderr into one pipe, as on a
+    terminal, and every trainbox line at the start of its line."""
+    script = tmp_path / "bar.py"
+    script.write_text(UNFINISHED_BAR)
+    run_dir = tmp_path / "run"
+    options = ["--stall-timeout", "2", "--startup-timeout", "20", "--grace", "1", "--max-restarts", "0"]
+    argv = [sys.executable, "-m", "trainbox", "supervise", "--run-dir", str(run_dir), *options]
+    done = subprocess.run(
+        [*argv, "--", sys.executable, str(script), ending],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=cli_env(),
+        cwd=REPO,
+        timeout=120,
+    )
+    output = done.stdout.decode(errors="replace")
+    said = [line for line in output.split("\n") if "trainbox: " in line]
+    assert done.returncode == ExitCode.GAVE_UP and "11/40" in output, output
+    assert len(said) >= 3 and all(line.startswith("trainbox: ") for line in said), said
+    assert not survivors(run_dir)
+
+
+def test_each_pause_of_the_echo_is_said_with_its_true_count_where_it_was(tmp_path: Path, capfd: Any) -> None:
+    """Two pauses (a stdout nobody reads, then read, twice): each is said once, with the bytes it left out."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    echo = Echo(write_end, limit=8)
+    for _ in range(2):
+        echo.put(b"12345678")  # fills the buffer: the pipe is writable, so it is written at once
+        wait_for(lambda: echo._size == 0, what="the echo to write what it holds")
+        fill_pipe(write_end)  # now the echo's next write blocks
+        echo.put(b"abcd")
+        wait_for(lambda: echo._writing and not echo._chunks, what="the echo to block on the full pipe")
+        for chunk in (b"x" * 5, b"y" * 7, b"z" * 5):
+            echo.put(chunk)  # 5 held, then 5 + 7 and 5 + 5 are past the 8: dropped
+        drain(read_end)
+        wait_for(lambda: echo._size == 0, what="the echo to write again")
+        echo.put(b"end\n")  # room again: the pause's count, then this
+        wait_for(lambda: not echo._chunks and not echo._writing, what="the echo to catch up")
+    err = capfd.readouterr().err
+    assert err.count(not_echoed_line(12)) == 2, err
+    assert err.count(NOT_ECHOED) == 1, "the first pause says why, once"
+    assert echo.dropped == 24
+
+
+def fill_pipe(fd: int) -> None:
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(fd, b"\0")
+    os.set_blocking(fd, True)  # the echo's write blocks, as on a paused terminal
+
+
+def drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 65536):
+            pass

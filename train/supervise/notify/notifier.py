@@ -64,7 +64,7 @@ from typing import Any, Callable, Deque, Dict, FrozenSet, Mapping, Optional, Seq
 from trainbox.errors import say
 from trainbox.heartbeat import RUN_DIR_ENV
 from trainbox.supervise.notify.events import DEFAULT_EVENTS, EVENT_ENV, LIMIT_S
-from trainbox.supervise.notify.redact import redact
+from trainbox.supervise.notify.redact import quote, redact
 from trainbox.supervise.record import Record
 
 #: The environment variable with one line a person can read (:func:`summary`): a title or a message as it is.
@@ -173,7 +173,7 @@ class _ErrorTail:
 
     def last_line(self) -> str:
         lines = [line.strip() for line in self.kept.decode(errors="replace").splitlines() if line.strip()]
-        return lines[-1][:QUOTE_CHARS] if lines else ""
+        return quote(lines[-1], QUOTE_CHARS) if lines else ""  # redacted before the cut: no secret's first characters
 
 
 def _event_input(payload: bytes) -> int:

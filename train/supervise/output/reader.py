@@ -18,12 +18,17 @@ Two things follow from the rule:
 * **The echo never holds up the reading.** A terminal that stops reading (Ctrl-S, an SSH client asleep, ``| less``
   left on its first page) blocks whoever writes to it. So the reading thread only hands each chunk to the
   supervisor's one :class:`Echo` (a thread of its own behind a buffer of :data:`ECHO_BUFFER_BYTES`): when the
-  buffer is full the chunk is not echoed, its bytes are counted, and the echo says once, when it can write again,
-  how much it left out (all of it is in the attempt's log). The child is drained, logged and read meanwhile.
+  buffer is full the chunk is not echoed, its bytes are counted, and the echo says, for each such pause, when it
+  can write again and where the gap is, how much it left out (all of it is in the attempt's log). The child is
+  drained, logged and read meanwhile.
 * **A reader owns its file descriptors.** The reading thread closes the child's output and the log itself, as it
   ends; :meth:`OutputTee.close` only asks it to end (through a pipe of its own that wakes it) and waits a while.
   A reader that cannot end in time (a log write stuck on a hung disk) still holds its descriptors, so it can
   never read or write a number the kernel has given to the next attempt's output or log.
+
+Every line the supervisor says starts on a line of its own, even where the child left its line unfinished (a tqdm
+bar redrawn with ``\\r``, no newline yet): :class:`Echo` is the one place that knows, and ends that line first
+(:meth:`Echo.start_line`, called by :func:`trainbox.errors.say`).
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Deque, List, Optional
+from typing import Any, Deque, List, Optional, Union
 
+from trainbox import errors
 from trainbox.errors import say
 from trainbox.rundir.safe import Open, RunFiles
 from trainbox.supervise.output.progress import OutputProgress
@@ -64,21 +70,30 @@ DRAIN_READS = 64
 class Echo:
     """The supervisor's stdout, written by one thread of its own from a bounded buffer (see the module docstring).
 
-    :meth:`put` never blocks. ``dropped`` counts the bytes that found the buffer full; the first drop is said at
-    once (by a thread of its own: stderr may be the same stopped terminal), and their count once the echo writes
-    again.
+    :meth:`put` never blocks. ``dropped`` counts the bytes that found the buffer full. A pause is the run of chunks
+    dropped in a row: the first pause is said at once (:data:`NOT_ECHOED`, by a thread of its own: stderr may be the
+    same stopped terminal), and each pause's true count where it was, in the echoed stream, once the buffer has room
+    again (:func:`not_echoed_line`).
+
+    It is also the one place that knows whether the echoed output ended mid-line (a bar redrawn with ``\\r``, no
+    newline yet): :meth:`start_line` is called before every line the supervisor says (:func:`trainbox.errors.say`), so
+    that line starts on a line of its own.
     """
 
     def __init__(self, fd: int, limit: int = ECHO_BUFFER_BYTES) -> None:
         self.fd = fd
         self.limit = limit
         self.dropped = 0
-        self._counted = False
-        self._chunks: Deque[bytes] = collections.deque()
+        #: The bytes dropped since the last chunk that found room: the pause under way.
+        self._pause = 0
+        #: Each chunk to write, or the byte count of a pause to say at that place in the stream.
+        self._chunks: Deque[Union[bytes, int]] = collections.deque()
         self._size = 0
         self._on = True
         #: The last chunk taken did not end its line (a bar redrawn with ``\r``): see :meth:`end_line`.
         self._line_open = False
+        #: The last chunk written did not end its line (what the terminal shows now).
+        self._written_open = False
         #: A chunk is out of the buffer and being written.
         self._writing = False
         self._ready = threading.Condition()
@@ -93,7 +108,11 @@ class Echo:
                 if not self.dropped:
                     _say_aside(NOT_ECHOED)
                 self.dropped += len(chunk)
+                self._pause += len(chunk)
                 return
+            if self._pause:  # the pause is over: its count is said where it was
+                self._chunks.append(self._pause)
+                self._pause = 0
             self._chunks.append(chunk)
             self._size += len(chunk)
             self._line_open = not chunk.endswith(b"\n")
@@ -110,23 +129,32 @@ class Echo:
         with self._ready:
             self._ready.wait_for(lambda: not (self._chunks or self._writing) or not self._on, timeout=wait_s)
 
+    def start_line(self) -> None:
+        """Before a line of the supervisor's: the echoed output's open line is ended (:meth:`end_line`; from the echo's
+        own thread, which cannot wait for itself, by writing the newline at once)."""
+        if threading.current_thread() is not self._thread:
+            self.end_line()
+        elif self._written_open:
+            self._written_open = not self._write(b"\n")
+
     def _write_all(self) -> None:
         while True:
             with self._ready:
                 while not self._chunks:
                     self._ready.wait()
                 chunk = self._chunks.popleft()
-                self._size -= len(chunk)
+                self._size -= len(chunk) if isinstance(chunk, bytes) else 0
                 self._writing = True
-            written = self._write(chunk)
+            if isinstance(chunk, int):
+                say(not_echoed_line(chunk))
+                written = True
+            else:
+                written = self._write(chunk)
+                self._written_open = bool(chunk) and not chunk.endswith(b"\n")
             with self._ready:
                 self._writing = False
                 self._ready.notify_all()
                 self._on = self._on and written
-                dropped, counted = self.dropped, self._counted
-                self._counted = counted or dropped > 0
-            if dropped and not counted:
-                say(f"{dropped} bytes of the child's output were not echoed while stdout was not read (all are logged)")
 
     def _write(self, chunk: bytes) -> bool:
         """Write ``chunk`` to the echo's descriptor; False when it is gone (then it is /dev/null from now on).
@@ -145,6 +173,11 @@ class Echo:
                 os.dup2(devnull, self.fd)
                 os.close(devnull)
             return False
+
+
+def not_echoed_line(count: int) -> str:
+    """What the echo says where it left ``count`` bytes out (once per pause, with that pause's true count)."""
+    return f"{count} bytes of the child's output were not echoed while stdout was not read (all are logged)"
 
 
 #: Said once when the echo first has to leave output out.
@@ -170,6 +203,7 @@ def stdout_echo() -> Echo:
     with _ECHO_LOCK:
         if _ECHO is None:
             _ECHO = Echo(sys.stdout.fileno())
+            errors.before_say(_ECHO.start_line)
         return _ECHO
 
 
