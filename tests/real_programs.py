@@ -19,6 +19,8 @@ import os
 import pickle
 import re
 import sys
+import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -31,13 +33,13 @@ PYTHON = sys.executable
 
 
 def yolo_command(work: Path) -> List[str]:
-    """``yolo train`` from yolov8n.yaml, 3 epochs of the demo data (32 + 8 images at 96 px), in ``work/train``."""
+    """``yolo train`` from yolov8n.yaml, 3 epochs of the demo data (32 + 8 images at 96 px), in ``work/exp``."""
     from trainbox.yolo.demo_data import write_demo_dataset
 
     data = write_demo_dataset(work / "data", 32, 8, 96)
     yolo = str(Path(sys.executable).parent / "yolo")
     tiny = ["imgsz=64", "batch=8", "device=cpu", "plots=False", "workers=0", "amp=False"]
-    return [yolo, "train", "model=yolov8n.yaml", f"data={data}", "epochs=3", *tiny, f"project={work}", "name=train"]
+    return [yolo, "train", "model=yolov8n.yaml", f"data={data}", "epochs=3", *tiny, f"project={work}", "name=exp"]
 
 
 def mnist_command(work: Path) -> List[str]:
@@ -51,6 +53,11 @@ def hf_command(work: Path) -> List[str]:
     """The Trainer script, 40 steps of a tiny GPT-2, ``checkpoint-N`` every 10 steps in ``work/out``."""
     steps = ["--max_steps", "40", "--save_steps", "10", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
     return [PYTHON, str(PROGRAMS / "hf_gpt2_trainer.py"), "--output_dir", str(work / "out"), *steps, "--report_to", "none"]
+
+
+def hf_argparse_command(work: Path) -> List[str]:
+    """The Trainer script with its own argparse, 40 steps, ``checkpoint-N`` every 10 steps in ``work/out``."""
+    return [PYTHON, str(PROGRAMS / "hf_argparse_trainer.py"), "--output_dir", str(work / "out"), "--max_steps", "40"]
 
 
 def lightning_command(work: Path) -> List[str]:
@@ -157,6 +164,9 @@ class Program:
     env: Dict[str, str] = field(default_factory=dict)
     #: What ``supervise`` is told for a program it has no built-in way to resume.
     options: Tuple[str, ...] = ()
+    #: Checkpoints of other runs beside this one's (a sweep's ``exp_lr2``, a run of the same name in ``exp-2``),
+    #: relative to the work folder: :func:`plant_others` writes them as written while this run goes on.
+    others: Tuple[str, ...] = ()
 
     def hang(self) -> Dict[str, str]:
         """The hang after the first checkpoint, in attempt 0 only."""
@@ -203,7 +213,22 @@ def _lightning_whole(saves: int) -> Optional[int]:
 PROGRAM_LIST = [
     # Ultralytics draws "2/3" in its bar's first column in epoch 2, after epoch 1's last.pt. It rewrites last.pt in
     # place: killed writing epoch 2's, it has no whole checkpoint left.
-    Program("yolo", yolo_command, "epoch", 1, "2/3  ", 1, 2, "last.pt", yolo_resumed, 0, None, _none),
+    # Beside it, a sweep's exp_lr2 and another run of the same name (exp-2) write their own last.pt.
+    Program(
+        "yolo",
+        yolo_command,
+        "epoch",
+        1,
+        "2/3  ",
+        1,
+        2,
+        "last.pt",
+        yolo_resumed,
+        0,
+        None,
+        _none,
+        others=("exp_lr2/weights/last.pt", "exp-2/weights/last.pt"),
+    ),
     # mnist's 5th line of epoch 2 (its checkpoint epoch-1.pt written at the end of epoch 1); epoch-2.pt half written
     # leaves epoch-1.pt.
     Program(
@@ -245,6 +270,21 @@ def supervise_args(program: Program, work: Path) -> List[str]:
     command runs in ``work``, where the program's relative paths (Lightning's ``checkpoints/``) land."""
     command = program.command(work)
     return ["supervise", "--run-dir", str(work / "run"), *OPTIONS, *program.options, "--quiet", "--", *command]
+
+
+def plant_others(program: Program, work: Path) -> List[Path]:
+    """Whole checkpoints of other runs where ``program.others`` says, newer than anything this run will write (as
+    if written while it runs): a restart that took one would go on with another run's work."""
+    later = time.time() + 3600
+    planted = []
+    for relative in program.others:
+        path = work / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(path, "w") as archive:  # laid out as torch.save writes: a whole zip archive
+            archive.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        os.utime(path, (later, later))
+        planted.append(path)
+    return planted
 
 
 def injected(env: Dict[str, str]) -> Dict[str, str]:

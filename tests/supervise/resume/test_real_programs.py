@@ -13,6 +13,11 @@ offline. One run each, three attempts:
    starts afresh, never from the broken file;
 3. attempt 2 finishes, and ``status`` and the report show the run.
 
+Beside ``yolo train``'s ``exp``, a sweep's ``exp_lr2`` and another run of the same name (``exp-2``) hold newer
+checkpoints: the restart takes neither. A Trainer script with an argparse of its own refuses the
+``--resume_from_checkpoint`` its restart is given; the words are withdrawn, and the run goes on as given. An
+accelerate loop killed while ``save_state`` writes ``optimizer.bin`` resumes from the folder before that one.
+
 What each attempt resumed from is read twice: from trainbox's ``restart`` event, and from what the program itself
 printed (its attempt log). bench/resume.py kills each program during its saves 20 times and times the runs against
 bare ones.
@@ -28,7 +33,17 @@ from typing import Dict, Optional
 
 import pytest
 
-from tests.real_programs import PROGRAMS_BY_NAME, Program, injected, supervise_args
+from tests.real_programs import (
+    OFFLINE_HUB,
+    OPTIONS,
+    PROGRAMS_BY_NAME,
+    Program,
+    PROGRAMS,
+    hf_argparse_command,
+    injected,
+    plant_others,
+    supervise_args,
+)
 from tests.supervised import Finished, survivors, train_cli
 from trainbox.errors import ExitCode
 from trainbox.yolo import offline
@@ -58,6 +73,7 @@ def test_a_real_program_hung_then_killed_saving_resumes_each_time_from_its_own_w
     name: str, tmp_path: Path
 ) -> None:
     program = PROGRAMS_BY_NAME[name]
+    others = plant_others(program, tmp_path)
     result = supervise(program, tmp_path, program.hang_then_kill())
     assert result.code == ExitCode.OK, result.stderr[-3000:]
     assert result.kinds() == ["start", "stall", "restart", "start", "crash", "restart", "start", "exit"], result.kinds()
@@ -70,6 +86,7 @@ def test_a_real_program_hung_then_killed_saving_resumes_each_time_from_its_own_w
     assert 0 <= program.hung_by - resumed_at <= program.interval, f"lost {program.hung_by - resumed_at} {program.unit}s"
     chosen = Path(hung["resumed"]["from"])
     assert tmp_path in chosen.parents and chosen.exists(), f"the program's own checkpoint: {hung['resumed']}"
+    assert chosen not in others, f"another run's checkpoint: {chosen}"
 
     after_kill = program.resumed(attempt_log(result, 2))
     assert after_kill == program.after_kill, f"after the kill during a save: {after_kill} ({killed.get('resumed')})"
@@ -89,3 +106,42 @@ def shown(result: Finished, resumed_from: Optional[str]) -> None:
     report = subprocess.run([*trainbox, "report", str(result.run_dir)], capture_output=True, text=True, env=env)
     assert report.returncode == 0, report.stderr
     assert resumed in (result.run_dir / "report.html").read_text(), "the report says what the run resumed from"
+
+
+@pytest.mark.training
+def test_a_trainer_script_that_refuses_the_resume_goes_on_as_given(tmp_path: Path) -> None:
+    command = hf_argparse_command(tmp_path)
+    run_dir = tmp_path / "run"
+    hang = {"TRAIN_FAULT": "sleep@output,attempt=0,seen>=15", "TRAIN_FAULT_TEXT": "{'loss'"}  # after checkpoint-10
+    args = ["supervise", "--run-dir", str(run_dir), *OPTIONS, "--quiet", "--", *command]
+    result = train_cli(args, run_dir, injected({**OFFLINE_HUB, **hang}), timeout=900, cwd=tmp_path)
+    assert not survivors(run_dir), f"processes outlived the supervisor: {survivors(run_dir)}"
+    assert result.code == ExitCode.OK, result.stderr[-3000:]
+    assert result.kinds() == ["start", "stall", "restart", "start", "crash", "restart", "start", "exit"], result.kinds()
+    given, withdrawn = result.of("restart")
+    assert given["resumed"]["from"] == str(tmp_path / "out" / "checkpoint-10"), given["resumed"]
+    assert "unrecognized arguments: --resume_from_checkpoint" in attempt_log(result, 1)
+    assert withdrawn["resumed"]["from"] is None and withdrawn["resumed"]["refused"] == "--resume_from_checkpoint"
+    assert result.of("start")[2]["argv"] == command, "the command as given"
+    line = "the program refused --resume_from_checkpoint (its usage error): the command runs as given from now on"
+    assert line in result.stderr, result.stderr[-3000:]
+    assert (tmp_path / "out" / "checkpoint-40" / "trainer_state.json").exists(), "it trained to the end"
+
+
+@pytest.mark.training
+def test_a_folder_a_kill_left_half_written_is_passed_over_for_the_whole_one_before_it(tmp_path: Path) -> None:
+    saved = tmp_path / "out"
+    command = [sys.executable, str(PROGRAMS / "accelerate_loop.py"), "--steps", "20", "--every", "10", "--out", str(saved)]
+    resume = ["--resume-args", "--resume {checkpoint}", "--checkpoint", "out/step_*"]
+    run_dir = tmp_path / "run"
+    killed = {"TRAIN_FAULT": "sigkill@checkpoint,attempt=0,saves>=1", "TRAIN_FAULT_CHECKPOINT": "optimizer.bin"}
+    args = ["supervise", "--run-dir", str(run_dir), *OPTIONS, *resume, "--quiet", "--", *command]
+    result = train_cli(args, run_dir, injected(killed), timeout=900, cwd=tmp_path)
+    assert not survivors(run_dir), f"processes outlived the supervisor: {survivors(run_dir)}"
+    assert result.code == ExitCode.OK, result.stderr[-3000:]
+    assert result.kinds() == ["start", "crash", "restart", "start", "exit"], result.kinds()
+    resumed = result.of("restart")[0]["resumed"]
+    assert resumed["from"] == str(saved / "step_10"), resumed
+    assert resumed["passed_over"][0]["path"] == str(saved / "step_20")
+    assert resumed["passed_over"][0]["why"].startswith("optimizer.bin: "), resumed["passed_over"]
+    assert f"Resumed from {saved / 'step_10'} (step 10)" in attempt_log(result, 1)

@@ -148,13 +148,26 @@ def test_the_cli_refuses_a_checkpoint_it_cannot_find_before_anything_starts(
 
 def test_a_yolo_sweep_s_sibling_folders_are_not_this_run_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "none"))
-    for name, mtime in (("exp", 2000.0), ("exp_lr2", 3000.0), ("exp2_b", 3000.0), ("expo", 3000.0)):
+    for name, mtime in (("exp", 2000.0), ("exp_lr2", 3000.0), ("exp-2_b", 3000.0), ("expo", 3000.0)):
         torch_file(tmp_path / "runs" / "detect" / name / "weights" / "last.pt", mtime)
     restarted = resumer(tmp_path).launch(command("yolo", "train", "name=exp"), restart=True)
     assert restarted.resumed is not None and restarted.resumed["from"] == str(tmp_path / "runs/detect/exp/weights/last.pt")
-    second = torch_file(tmp_path / "runs" / "detect" / "exp2" / "weights" / "last.pt", 2500.0)
+    second = torch_file(tmp_path / "runs" / "detect" / "exp-2" / "weights" / "last.pt", 2500.0)
     again = resumer(tmp_path).launch(command("yolo", "train", "name=exp"), restart=True)
-    assert again.resumed is not None and again.resumed["from"] == str(second), "exp2: Ultralytics' own next name"
+    assert again.resumed is not None and again.resumed["from"] == str(second), "exp-2: Ultralytics' own next name"
+
+
+def test_the_folder_yolo_printed_is_the_run_s_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "none"))
+    mine = torch_file(tmp_path / "runs" / "detect" / "train" / "weights" / "last.pt", 2000.0)
+    torch_file(tmp_path / "runs" / "detect" / "train-2" / "weights" / "last.pt", 3000.0)  # another run of one name
+    logs = tmp_path / "run" / "logs"
+    logs.mkdir(parents=True)
+    said = f"\x1b[34m\x1b[1mengine/trainer: \x1b[0mtask=detect, name=train, save_dir={mine.parent.parent}, plots=False\n"
+    (logs / "attempt-0.log").write_text("Ultralytics 8.4\n" + said + "Logging results to ...\n")
+    (logs / "attempt-x.log").write_text(said.replace("/train,", "/train-2,"))  # no attempt's log
+    restarted = resumer(tmp_path).launch(command("yolo", "train"), restart=True)
+    assert restarted.resumed is not None and restarted.resumed["from"] == str(mine)
 
 
 HF = ("python", "t.py", "--output_dir", "out")

@@ -11,8 +11,9 @@ What is recognised, from the command alone (and, for a Python script, its own te
 
 * **yolo**: ``yolo [TASK] train ...`` (or ``ultralytics``). Its ``last.pt`` is ``<project>/<name>/weights/last.pt``
   under Ultralytics' runs folder (``runs_dir`` of its settings file, else ``runs/`` at the top of the git checkout
-  or here), any task, where the folder is named by Ultralytics' own rule: ``name``, else ``name2``, ``name3`` ...
-  (:data:`YOLO_TAKEN`), so ``name=exp`` never matches ``exp_lr2`` of a sweep. The restart
+  or here), any task, in the run's own folder: the ``save_dir`` its attempts printed (:data:`YOLO_SAYS`), and before
+  one has, a folder named by Ultralytics' own rule: ``name``, else ``name-2``, ``name-3`` ... (:data:`YOLO_TAKEN`),
+  so ``name=exp`` never matches ``exp_lr2`` of a sweep. The restart
   adds ``resume=True model=<last.pt>``: with a path, Ultralytics resumes that file, where a bare ``resume=True``
   would search the whole working directory.
 * **hf**: a command with ``--output_dir DIR`` whose script builds a ``Trainer``'s arguments (``TrainingArguments``
@@ -32,8 +33,8 @@ The words a recipe adds replace the same option already in the command (``init_f
 Limits. Recognition reads words, not meaning: a ``Trainer`` script with an argparse of its own may have no
 ``--resume_from_checkpoint``; it refuses the words with its usage error, and the run withdraws them
 (:mod:`trainbox.supervise.resume.refusal`). Two ``yolo train`` runs of one ``name`` started together in one
-folder get ``name`` and ``name2``, both by the rule: the time a run first started tells them apart only from
-older runs. A program configured from a file (a YAML of Trainer arguments) shows none of its options here and is not recognised: give
+folder get ``name`` and ``name-2``, both by the rule: until the run's output has named its folder, the time it first
+started tells them apart only from older runs. A program configured from a file (a YAML of Trainer arguments) shows none of its options here and is not recognised: give
 ``--resume-args`` and ``--checkpoint`` for it.
 """
 
@@ -59,8 +60,10 @@ LIGHTNING_GLOBS = ("lightning_logs/*/checkpoints/*.ckpt", "checkpoints/*.ckpt")
 SCRIPT_RUNNERS = re.compile(r"(python[0-9.]*|torchrun|accelerate|deepspeed)")
 #: The words in a script that build a Hugging Face ``Trainer``'s arguments, and so take ``--resume_from_checkpoint``.
 HF_ARGUMENTS = ("TrainingArguments", "HfArgumentParser")
-#: Ultralytics' own folder naming (``increment_path``): ``name``, else ``name`` and a number from 2 on.
-YOLO_TAKEN = r"(?:[2-9]|[1-9][0-9]+)?"
+#: Ultralytics' own folder naming (``increment_path``): ``name``, else ``name-2``, ``name-3`` ... (``name2`` before 8.4).
+YOLO_TAKEN = r"(?:-?(?:[2-9]|[1-9][0-9]+))?"
+#: Ultralytics' arguments line names the run's folder: ``save_dir=/w/runs/detect/exp-2, ...`` (also when it resumes).
+YOLO_SAYS = re.compile(r"save_dir=([^,\n]+)")
 
 #: A recipe's rewrite: the command and a checkpoint's path to the command that resumes from it.
 Rewrite = Callable[[Sequence[str], str], List[str]]
@@ -78,6 +81,9 @@ class Program:
     workers: Optional[str] = None
     #: What a match of the globs must also end with to be this run's (a glob cannot say ``name`` or ``name<n>``).
     keep: Optional[Pattern[str]] = None
+    #: What the program prints about its own folder (group 1), read back from the run's attempt logs
+    #: (:mod:`trainbox.supervise.resume.printed`): once it has said it, only checkpoints in that folder are its own.
+    says: Optional[Pattern[str]] = None
 
     def own(self, path: Path) -> bool:
         """Whether ``path``, a match of the globs, is where this program writes (:attr:`keep`)."""
@@ -291,7 +297,7 @@ def recognise(argv: Sequence[str]) -> Optional[Program]:
         found = recognise(argv[start:])
         return None if found is None else replace(found, rewrite=_behind(argv[:start], found.rewrite))
     if _is_yolo_train(argv):
-        return Program("yolo", _yolo_globs(argv), _yolo_resumed, workers="workers", keep=_yolo_keep(argv))
+        return Program("yolo", _yolo_globs(argv), _yolo_resumed, workers="workers", keep=_yolo_keep(argv), says=YOLO_SAYS)
     if _is_hf(argv):
         output = glob_escape(option(argv, *HF_OUTPUT) or "")
         return Program("hf", (f"{output}/checkpoint-*",), _hf_resumed, workers="--dataloader_num_workers")

@@ -12,7 +12,8 @@ again after a Ctrl-C resumes its own work). The way to resume is, first found:
 Where the checkpoints are: ``--checkpoint GLOB`` (relative to the working directory, then the run directory), else
 the recipe's globs; either way only those written since the run first started count (its earlier attempts and
 earlier supervisors of the same run directory included: :mod:`trainbox.rundir.first_start`), since another run's
-in the same folder are not this one's work. The newest complete one is chosen
+in the same folder are not this one's work; for a program that names its own folder as it starts (``yolo train``'s
+``save_dir``), only that folder's (:mod:`trainbox.supervise.resume.printed`). The newest complete one is chosen
 (:mod:`trainbox.supervise.resume.checkpoints`), after :data:`SETTLE_S` for anything still being written to show it.
 A new run's first attempt runs exactly as given, whatever lies in its folders; a run that is gone on with
 (``--resume``, the Ctrl-C line, ``--run-dir`` of an existing run) resumes its own newest checkpoint from its first
@@ -32,6 +33,7 @@ carry it, and once the resumed attempt shows its first step the monitor measures
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -40,6 +42,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome
 from trainbox.supervise.resume import checkpoints, recipes, refusal
+from trainbox.supervise.resume.printed import PrintedFolders
 from trainbox.supervise.settings import CHECKPOINT_FIELD, NO_RESUME, SupervisorSettings, resume_words
 
 #: Seconds between finding the checkpoints and choosing one: a save under way writes far more often than this, so
@@ -84,6 +87,7 @@ class Resumer:
         self.roots = (cwd or Path.cwd(), Path(run_root).absolute())
         self.since = since
         self.sleep = sleep
+        self.printed = PrintedFolders(Path(run_root))
         #: The run starts now (nothing of it before): its first attempt runs exactly as given.
         self.new = new
         #: The resume words the last launch was given (:mod:`trainbox.supervise.resume.refusal` judges its end by them).
@@ -155,7 +159,12 @@ class Resumer:
     def _find(self, globs: Sequence[str], program: Optional[recipes.Program]) -> List[checkpoints.Checkpoint]:
         """This run's checkpoints, newest first: written since it first started, where its program writes them."""
         found = checkpoints.find(globs, self.roots, self.since)
-        return found if self.named or program is None else [c for c in found if program.own(c.path)]
+        if self.named or program is None:
+            return found
+        said = self.printed.found(program.says) if program.says is not None else []
+        if said:  # the folders the run named as its own, resolved as the program printed them
+            return [c for c in found if any(Path(os.path.realpath(c.path)).is_relative_to(f) for f in said)]
+        return [c for c in found if program.own(c.path)]
 
     def _choose(
         self, globs: Sequence[str], program: Optional[recipes.Program]
