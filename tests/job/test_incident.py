@@ -44,6 +44,13 @@ def test_when_every_rank_waits_for_a_peer_none_is_named() -> None:
     assert "a lost node or the network" in incident.why(None, ranks)
 
 
+def test_a_verdict_before_every_node_reported_says_which_have_not() -> None:
+    """The first node to report sees only its own ranks waiting: that is not yet a lost node."""
+    found = verdict([part(0, 2000.0, 30.0, [seen(0, 0, True)])], nnodes=2)
+    assert found["first_silent"] is None
+    assert found["why"] == "the 1 rank(s) reported wait for a peer; node(s) 1 not reported yet"
+
+
 def part(node: int, ts: float, silent_s: float, ranks: List[RankSeen]) -> Dict[str, Any]:
     return {
         "node": node,

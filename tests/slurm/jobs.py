@@ -11,7 +11,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 from tests.paths import REPO
 
@@ -25,6 +25,7 @@ def supervised(
     supervise: Sequence[str] = ("--stall-timeout", "60"),
     program: Sequence[str] = (),
     sbatch: Sequence[str] = ("--nodes=2",),
+    env: Mapping[str, str] = {},
 ) -> Path:
     """Write ``folder/job.sh``: the supervised job, run in ``folder`` (its runs/ is the job's)."""
     command = [sys.executable, "-m", "trainbox", "supervise", *supervise, "--"]
@@ -34,6 +35,7 @@ def supervised(
     words = " ".join(w if w.startswith(("$", "runs/")) else shlex.quote(w) for w in command)
     script = folder / "job.sh"
     header = "".join(f"#SBATCH {option}\n" for option in (*sbatch, f"--output={folder}/slurm-%j.out"))
+    header += "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
     script.write_text(
         f"#!/bin/bash\n{header}cd {shlex.quote(str(folder))}\n"
         f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 {words}\n"

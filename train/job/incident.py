@@ -41,6 +41,8 @@ from trainbox.supervise.record import Listener
 MAX_REPORT_BYTES = 4 * 2**20
 #: A stack file is read up to this many bytes (the incident writer keeps them far smaller).
 MAX_STACK_BYTES = 2**20
+#: More nodes than a job.json of ours names is not ours: the nodes not reported are not listed past it.
+MAX_NODES = 100_000
 #: Parts listed at most when the verdict is made again (a job restarts a few times a day, not millions).
 MAX_PARTS_LISTED = 10_000
 
@@ -93,11 +95,15 @@ def first_silent(ranks: Sequence[RankSeen]) -> Optional[RankSeen]:
     return min(suspects, key=lambda r: (r.last_progress_ts if r.last_progress_ts is not None else never, r.rank))
 
 
-def why(first: Optional[RankSeen], ranks: Sequence[RankSeen]) -> str:
-    """The verdict in one line, for the job's incident and the supervisor's output."""
+def why(first: Optional[RankSeen], ranks: Sequence[RankSeen], missing: Sequence[int] = ()) -> str:
+    """The verdict in one line, for the job's incident and the supervisor's output; ``missing``: the nodes of the job
+    that have not reported this stall (yet)."""
+    later = f"; node(s) {', '.join(map(str, missing))} not reported yet" if missing else ""
     if first is None:
         if not ranks:
-            return "no rank process was found in the reports"
+            return "no rank process was found in the reports" + later
+        if missing:
+            return f"the {len(ranks)} rank(s) reported wait for a peer{later}"
         return f"all {len(ranks)} ranks reported wait for a peer: a lost node or the network, not a rank"
     waiting = [r for r in ranks if r.waiting]
     where = f" in {first.doing}" if first.doing else ""
@@ -116,17 +122,19 @@ def same_stall(parts: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
     return [p for p in timed if p["ts"] >= began]
 
 
-def verdict(parts: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """The job's incident from its nodes' parts (those of the newest stall)."""
+def verdict(parts: Sequence[Mapping[str, Any]], nnodes: Optional[int] = None) -> Dict[str, Any]:
+    """The job's incident from its nodes' parts (those of the newest stall), of ``nnodes`` nodes when known."""
     current = same_stall(parts)
     ranks = [seen for part in current for seen in _ranks_of(part)]
     ranks.sort(key=lambda r: (r.node, r.rank))
     first = first_silent(ranks)
+    nodes = sorted({p["node"] for p in current if _whole(p.get("node"))})
+    missing = [n for n in range(nnodes) if n not in nodes] if nnodes is not None and nnodes <= MAX_NODES else []
     return {
         "ts": max((p["ts"] for p in current), default=None),
-        "nodes": sorted({p["node"] for p in current if _whole(p.get("node"))}),
+        "nodes": nodes,
         "first_silent": asdict(first) if first is not None else None,
-        "why": why(first, ranks),
+        "why": why(first, ranks, missing),
         "ranks": [asdict(r) for r in ranks],
         "incidents": {str(p["node"]): p.get("incident") for p in current if _whole(p.get("node"))},
     }
@@ -220,7 +228,9 @@ class JobIncidents:
         return made
 
     def write_verdict(self) -> Dict[str, Any]:
-        found = verdict(read_parts(self.job))
+        described = self.job.files.read_object(self.job.job, MAX_REPORT_BYTES).value or {}
+        nnodes = described.get("nnodes")
+        found = verdict(read_parts(self.job), nnodes if _whole(nnodes) else None)
         self.job.files.replace(self.job.incident, json.dumps(found, indent=1, sort_keys=True).encode())
         return found
 
