@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+import pytest
+
 from trainbox.supervise.output.counters import MAX_TRACKS, PERCENT_FACTOR, PERCENT_NOTICE, Counters
 from trainbox.supervise.output.progress import OutputProgress
 from trainbox.supervise.policy import position
@@ -35,9 +37,23 @@ def test_a_counter_that_starts_again_is_progress() -> None:
     assert [b["step"] for b in beats] == [100, 0]
 
 
-def test_a_counter_with_no_total_that_jumps_far_is_not_progress_for_that_reading() -> None:
-    lines = [(t, f"iter {n} loss 0.1") for t, n in enumerate([1, 2, 3, 4, 5000, 5001])]
-    assert [b["step"] for b in fed(lines)] == [1, 2, 3, 4, 5001], "5000 moved the place, it did not end the silence"
+def test_a_counter_that_jumps_forward_is_progress_at_every_jump() -> None:
+    # a logger that prints its first 5 steps, then every 1000th: each line it prints is progress
+    lines = [(t, f"iter {n} loss 0.1") for t, n in enumerate([1, 2, 3, 4, 5, 1000, 2000, 3000])]
+    assert [b["step"] for b in fed(lines)] == [1, 2, 3, 4, 5, 1000, 2000, 3000]
+
+
+def test_a_counter_that_counts_within_each_epoch_is_progress_in_every_epoch() -> None:
+    # ``step 50/100``, ``step 100/100``, then ``step 50/100`` again: a new epoch, without the epoch in the line
+    logged = [f"step {n}/100 loss 0.1" for n in (50, 100)] * 3
+    assert [b["step"] for b in fed(list(enumerate(logged)))] == [50, 100] * 3
+    unbounded = [f"step {n} loss 0.1" for n in (50, 100)] * 3  # no total: back to where it first stood
+    assert [b["step"] for b in fed(list(enumerate(unbounded)))] == [50, 100] * 3
+
+
+def test_a_counter_back_to_its_start_is_progress_and_a_copy_behind_is_not() -> None:
+    lines = ["iter 10", "iter 20", "iter 30", "iter 29", "iter 10", "iter 20", "iter 20", "iter 19", "iter 30"]
+    assert [b["step"] for b in fed(list(enumerate(lines)))] == [10, 20, 30, 10, 20, 30]
 
 
 def test_each_line_form_is_its_own_counter() -> None:
@@ -74,10 +90,11 @@ def test_a_complete_bar_hands_the_place_to_the_next() -> None:
     assert fed(lines)[-1]["batch"] == 1
 
 
-def test_an_epoch_fraction_from_a_log_line_is_kept_apart_once_steps_are_counted() -> None:
+def test_an_epoch_fraction_from_a_log_line_is_progress_inside_the_place_of_the_steps() -> None:
     logged = "{'loss': '0.6936', 'grad_norm': '0.4041', 'learning_rate': '4.063e-05', 'epoch': '0.625'}"
-    beats = fed([(0, bar(TRAIN, 4)), (1, logged), (2, bar(TRAIN, 5))])
-    assert [b.get("step") for b in beats] == [4, 5] and all("epoch" not in b for b in beats)
+    beats = fed([(0, bar(TRAIN, 4)), (1, logged), (2, logged), (3, bar(TRAIN, 5))])
+    assert [b.get("step") for b in beats] == [4, 4, 5] and all("epoch" not in b for b in beats), "the place: steps"
+    assert beats[1]["counter"] == "hf-log::?", "the log dict's counter moved"
     assert fed([(0, logged)])[0]["epoch"] == 0.625, "alone, it is the place"
 
 
@@ -103,3 +120,22 @@ def test_tracks_are_bounded_and_the_main_one_is_kept() -> None:
     assert progress.observe(f"{labels[0]}: 50%|█████     | 1/2 [00:00<00:00]", 1.0) is None
     assert progress.observe(f"{labels[1]}: 50%|█████     | 1/2 [00:00<00:00]", 1.0) is not None
     assert len(counters.tracks) <= MAX_TRACKS
+
+
+#: Log forms as programs print them through a run: each line is a new value of its counter, so each is progress.
+RUNS = {
+    "pytorch tutorials": [f"Epoch [{e}/2], Step [{s}/600], Loss: 0.2143" for e in (1, 2) for s in (100, 200, 600)],
+    "a bracketed batch": [f"[batch {b}/600] loss 0.31" for _ in (1, 2) for b in (100, 300, 600)],
+    "imagenet ProgressMeter": [f"Epoch: [{e}][ {b:>3}/500]\tTime  0.123" for e in (0, 1) for b in (0, 10, 20)],
+    "Megatron": [f" iteration {i:>8}/    1000 | consumed samples: {i * 128:>12} | lm loss: 5.0E+00 |" for i in (1, 10, 100)],
+    "DeepSpeed": [f"[Rank 0] step={s}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]" for s in (10, 20, 30)],
+    "logging": [f"2026-12-06 03:33:{s:02d},768 INFO train: step {s}/20 loss 0.1" for _ in (1, 2) for s in (10, 20)],
+    "timm": [f"Train: {e} [{b:>4}/1251 ({b * 100 // 1251:>3}%)]  Loss: 6.912 (6.925)" for e in (0, 1) for b in (0, 50)],
+}
+
+
+@pytest.mark.parametrize("form", sorted(RUNS))
+def test_every_new_value_of_a_log_form_through_a_run_is_progress(form: str) -> None:
+    lines = RUNS[form]
+    assert len(fed(list(enumerate(lines)))) == len(lines)
+    assert len(fed(list(enumerate(line for line in lines for _ in (1, 2))))) == len(lines), "each printed twice: no more"

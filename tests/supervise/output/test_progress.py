@@ -5,6 +5,7 @@ The recorded fixtures (tests/fixtures/output/, README.md there) are real program
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -88,6 +89,27 @@ READINGS = [
     ("[eval] step 5 loss 0.3", dict(phase="val", step=5)),
     ("epoch 2 step 300 loss 0.1", dict(epoch=2, step=300)),
     ("Epoch 7 finished, val loss 0.3", dict(pattern="words", phase=None, epoch=7)),
+    # the PyTorch tutorials' print, a bracketed batch, Megatron, DeepSpeed, torchtitan, logging, timm
+    ("Epoch [1/5], Step [100/600], Loss: 0.2143", dict(pattern="words", epoch=1, epochs=5, step=100, total=600)),
+    ("[batch 100/600] loss 0.31", dict(pattern="words", batch=100, batches=600)),
+    (
+        " iteration      100/    1000 | consumed samples:        12800 | elapsed time per iteration (ms): 1234.5 |"
+        " learning rate: 1.000E-04 | global batch size:   128 | lm loss: 5.017E+00 |",
+        dict(pattern="words", step=100, total=1000),
+    ),
+    (
+        "[2026-12-06 03:30:01,123] [INFO] [logging.py:128:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]",
+        dict(pattern="words", step=10),
+    ),
+    (
+        "[2026-12-06 03:30:01,123] [INFO] [timer.py:264:stop] epoch=0/micro_step=20/global_step=10, "
+        "RunningAvgSamplesPerSec=25.31, CurrSamplesPerSec=26.12, MemAllocated=0.5GB, MaxMemAllocated=1.2GB",
+        dict(pattern="words", epoch=0, step=10),
+    ),
+    ("steps: 10 loss: 0.6931 iter time (s): 0.123 samples/sec: 260.163", dict(pattern="words", step=10)),
+    ("step:  1  loss: 10.8345  memory:  5.21GiB(5.49%)  tps: 1,234  tflops: 0.51  mfu: 2.30%", dict(step=1)),
+    ("2026-12-06 03:33:17,872 INFO train: step 10/100 loss 0.1000 lr 1.00e-03", dict(step=10, total=100)),
+    ("Train: 3 [ 100/1251 (  8%)]  Loss: 6.912 (6.925)  Time: 0.412s,  621.36/s", dict(pattern="timm", epoch=3, batch=100)),
 ]
 
 
@@ -116,6 +138,9 @@ CHATTER = [
     "12 s/iter, step time 0.5",
     "step 100 %",
     "epoch: 0.625",
+    "  Total optimization steps = 16",  # a plan, not a place
+    "  Num examples = 60000, batch size 32, batch: 32, global batch size:   128",  # sizes
+    "elapsed time per iteration (ms): 1234.5 | samples/sec: 260.163 | 12 s/step 3",  # rates
     "",
 ]
 
@@ -298,3 +323,44 @@ def test_the_tail_is_the_same_however_the_bytes_are_cut(name: str) -> None:
         for start in range(0, len(raw), size):
             cut.feed(raw[start : start + size])
         assert cut.tail(20) == whole.tail(20), (name, size)
+
+
+# -- bars drawn by the real libraries, in this process ----------------------------------------------------------
+
+
+def drawn(raw: str) -> List[Dict[str, Any]]:
+    """The beats of what a library drew (``raw``), read as the supervisor reads a terminal's bytes."""
+    return beats(TerminalLines().feed(raw.encode()))
+
+
+def test_nested_tqdm_bars_with_leave_false_are_progress_at_every_step_of_each() -> None:
+    tqdm = pytest.importorskip("tqdm")  # .ci/run installs it; in CI a skip fails
+    out = io.StringIO()
+    for _ in tqdm.tqdm(range(3), desc="epochs", file=out, mininterval=0, miniters=1):
+        for _ in tqdm.tqdm(range(5), desc="batches", leave=False, file=out, mininterval=0, miniters=1):
+            pass
+    seen = [(b["counter"], b.get("side_step", b["step"])) for b in drawn(out.getvalue())]
+    assert seen.count(("tqdm:batches:5", 0)) == 3, "the inner bar starts again in each epoch: progress each time"
+    assert [n for counter, n in seen if counter == "tqdm:batches:5"] == [0, 1, 2, 3, 4, 5] * 3
+    assert [n for counter, n in seen if counter == "tqdm:epochs:3"] == [0, 1, 2, 3], "the outer bar, once a step"
+
+
+def test_a_rich_progress_with_two_tasks_is_progress_at_every_step_of_each() -> None:
+    pytest.importorskip("rich")
+    from rich.console import Console
+    from rich.progress import Progress
+
+    out = io.StringIO()
+    with Progress(console=Console(file=out, force_terminal=True, width=100), auto_refresh=False) as shown:
+        epochs = shown.add_task("Epochs", total=3)
+        for _ in range(3):
+            batches = shown.add_task("Batches", total=4)
+            for _ in range(4):
+                shown.advance(batches)
+                shown.refresh()
+            shown.remove_task(batches)
+            shown.advance(epochs)
+            shown.refresh()  # redraws the epochs line at the same count as well: no progress
+    seen = [(b["counter"], b.get("side_step", b["step"])) for b in drawn(out.getvalue())]
+    assert [n for counter, n in seen if counter.endswith(":Batches:100")] == [0, 25, 50, 75, 100] * 3
+    assert [n for counter, n in seen if counter.endswith(":Epochs:100")] == [0, 33, 67, 100]

@@ -9,6 +9,7 @@ is tests/yolo/test_uninstrumented.py.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -122,6 +123,27 @@ def test_a_hang_after_a_checkpoint_save_is_placed_at_the_training_step_not_at_th
     stall = result.of("stall")[0]
     assert stall["at"] == "phase save, step 50", "the training step, with the save as its phase; not 'step 1'"
     assert (stall["last_beat"]["side_step"], stall["last_beat"]["side_total"]) == (1, 1)
+
+
+#: Lines of the loggers below, one a second. Under the defaults a counter that stepped steadily a few times has a learned
+#: budget of --learned-floor (60 s) between its steps: each logger goes on for longer than that after its first epoch
+#: or its first jump, so a reader that took the rest of its lines for no progress would stall it.
+LOGGED_LINES = 75
+
+
+@pytest.mark.slow
+def test_loggers_counting_within_each_epoch_or_jumping_ahead_are_never_stalled_under_the_defaults(tmp_path: Path) -> None:
+    forms = {
+        "epochs": program("step_logger.py", "--form", "epochs", "--lines", str(LOGGED_LINES)),  # step 10/100 .. 100/100
+        # its first 8 steps, then every 1000th (8, not 5: enough steady steps to learn the 60 s budget from)
+        "jumps": program("step_logger.py", "--form", "jumps", "--lines", str(LOGGED_LINES), "--first", "8"),
+    }
+    with concurrent.futures.ThreadPoolExecutor(len(forms)) as pool:  # at once: each only sleeps and prints
+        runs = dict(zip(forms, pool.map(lambda form: supervise(tmp_path / form, forms[form], options=[]), forms)))
+    for form, result in runs.items():
+        assert result.code == ExitCode.OK, (form, result.stderr)
+        assert result.kinds() == ["start", "exit"], (form, result.of("stall"))
+        assert result.of("exit")[0]["beats"] > LOGGED_LINES - 10, f"{form}: its lines after the first epoch or jump count"
 
 
 def test_a_bar_showing_only_a_percentage_is_judged_by_the_time_a_percent_takes(tmp_path: Path) -> None:

@@ -1,32 +1,49 @@
-"""The counters a run's output shows, followed as counters: which reading is progress, and which counter is the place.
+"""What counts as progress in a run's output: one model of a counter, and which counter gives the place.
 
-:mod:`trainbox.supervise.output.progress` reads one display line into a :class:`Reading`; :class:`Counters` keeps
-what each counter did and answers with a beat when one moved. Each bar or line form is a counter of its own (its
-*track*: the pattern, its label with the digits masked, its total), and it must advance as a counter does:
+:mod:`trainbox.supervise.output.progress` reads one display line into a :class:`Reading`; :class:`Counters` follows
+each counter the output shows and answers with a beat when a reading was progress. docs/progress.md says the same
+for a user.
 
-* **Forward, by its own steps.** A reading is progress when it is past the furthest place its counter reached
-  (epoch, then batch, then step). A reading behind it is no progress (another rank's copy of the bar, a number that
-  only looked like a counter) and moves nothing, unless the counter starts again from :data:`RESTART_COUNT` or
-  less: a new epoch's bar, a new evaluation, a new segment of that counter. A counter with no total that jumps
-  more than :data:`JUMP_FACTOR` times its largest step so far is not trusted for that reading: its place moves
-  (a log interval may change once) but the silence goes on.
-* **One main counter gives the place.** The run's main counter is the one that ran longest: the seconds between
-  its consecutive advances, summed (a training bar, over an evaluation bar that runs now and then, a save's
-  ``Writing model shards 1/1``, a data set scan). The first counter seen is the main one until another has run
-  longer, or until it is complete (``n == total``: what comes after a finished bar is not nested in it). A reading
-  of another counter is a *phase inside that place*: its beat keeps the main counter's place (``epoch``,
+**A counter** is one bar or one line form with its label: the pattern that read it, its label with the digits
+masked (an epoch number, a loss in the label), and its total (its *track*, which each beat names as ``counter``).
+Its value is its place: epoch, then batch, then step. A counter makes progress when its value changes in any way
+real programs change it:
+
+* **forward, by any amount**: a bar's next step, a log line every 10 steps, a log that prints its first 5 steps
+  and then every 1000th. A jump may lower trust in a rate measured across it, but it is progress;
+* **back to its start**: to 0 or 1 (:data:`RESTART_COUNT`); to where it first stood, once it had moved on from
+  there (a log that prints ``step 50/100`` and ``step 100/100`` in each epoch starts again at ``step 50/100``); or
+  anywhere once it had reached its total. That is a new epoch, a new evaluation, a new pass;
+* **a new total**: another track, so its first reading is progress (a new bar, a new evaluation set).
+
+Two things are not progress:
+
+* **numbers that are rates or measures** (``ms/step: 530``, ``9.8it/s``, ``avg step: 1.23s``, ``loss 0.17``,
+  ``lr=1e-4``): the recogniser never reads them as a counter, so a thread that prints its timing while the loop
+  hangs shows nothing;
+* **a line that only repeats**: the same value again (a bar redrawn at the same count by tqdm's monitor thread
+  or rich's refresh thread, a log line printed twice), or a value behind the counter's furthest that is not its
+  start (another rank's copy of the same line, a step behind): it moves nothing.
+
+**Where the run is.** Several counters may move at once, so one of them gives the place:
+
+* **The main counter** is the one that ran longest: the seconds between its consecutive forward moves, summed (a
+  training bar, over an evaluation bar that runs now and then, a save's ``Writing model shards 1/1``, a data set
+  scan). The first counter seen is the main one until another has run longer, or until it is complete (``n ==
+  total``: what comes after a finished bar is not nested in it).
+* **Any other counter is a phase inside that place**: its beat keeps the main counter's place (``epoch``,
   ``batch``, ``step``), takes that counter's phase when its label names one, and carries its count apart
-  (``side_step``, ``side_total``). So a stall during a checkpoint save is placed at the training step, not at
-  step 1 of the shard writer, and two saves of a run are two places.
-* **One unit per run.** A reading that counts only epochs (Hugging Face's ``{'epoch': 0.625}`` log dict, an
-  ``epoch 3`` line) is kept apart once a counter of batches or steps is known: it moves no place and is no
-  progress (the bar it follows has already moved).
-* **Each beat names its counter** (``counter``: the track), so that the pace of a training bar is never pooled with
-  an evaluation bar's (:mod:`trainbox.supervise.pace.detector` measures each counter on its own).
-* **A bar that shows only a percentage** (``rich.progress.track``: ``━━━ 45%``) is judged by the time one percent
-  takes: its beats declare a ``timeout`` of :data:`PERCENT_FACTOR` times the longest percent seen, never under the
-  stall budget, and before a percent has passed, :data:`~trainbox.supervise.stalls.budgets.MAX_DECLARED_S` (only an
-  idle tree is a stall then). :attr:`Counters.notices` holds the line that says so, once.
+  (``side_step``, ``side_total``). So a stall during a checkpoint save is placed at the training step, not at step
+  1 of the shard writer, and two saves of a run are two places.
+* **One unit per run.** A counter of epochs only (Hugging Face's ``{'epoch': 0.625}`` log dict, an ``epoch 3 of
+  10`` line) never becomes the main counter once one of batches or steps is known: its new value is progress like
+  any other, as a phase inside the main counter's place (an epoch fraction is no step).
+
+**A bar that shows only a percentage** (``rich.progress.track``: ``━━━ 45%``) is a counter of 100 like any other;
+its budget is its own: its beats declare a ``timeout`` of :data:`PERCENT_FACTOR` times the longest percent seen,
+never under the stall budget, and before a percent has passed,
+:data:`~trainbox.supervise.stalls.budgets.MAX_DECLARED_S` (only an idle tree is a stall then).
+:attr:`Counters.notices` holds the line that says so, once.
 
 Pure and thread-unsafe: :class:`~trainbox.supervise.output.progress.OutputProgress` calls it under its lock.
 """
@@ -47,10 +64,6 @@ Number = Union[int, float]
 MAX_TRACKS = 64
 #: A counter that goes back to this or less starts again (tqdm's bars start at 0, a log's steps at 0 or 1).
 RESTART_COUNT = 1
-#: A counter with no total that advances by more than this many times its largest step so far, once it has advanced
-#: MIN_STEPS_KNOWN times, is not trusted for that reading: a log every 10 steps does not become one every 1000.
-JUMP_FACTOR = 100
-MIN_STEPS_KNOWN = 3
 #: A percentage-only bar's silence budget: this many times the longest time one percent took (a percent is an
 #: average of many steps, so its time varies less than a step's; the learned budgets use 3 for steps as well).
 PERCENT_FACTOR = 3.0
@@ -109,13 +122,12 @@ def beat_of(reading: Reading) -> Dict[str, Any]:
 
 
 class Move(Enum):
-    """What a reading does to its counter."""
+    """What a reading does to its counter (the model: the module docstring)."""
 
-    SAME = "same"  # a redraw, a repeat: nothing
-    BACK = "back"  # behind the furthest place, not a restart: nothing
-    JUMP = "jump"  # too far at once: the place moves, no progress
-    FORWARD = "forward"  # progress
-    RESTART = "restart"  # progress: the counter starts again (a new segment)
+    SAME = "same"  # a line that only repeats (a redraw): no progress
+    BEHIND = "behind"  # behind the furthest place, not back to its start (a copy of another rank's line): no progress
+    FORWARD = "forward"  # forward by any amount: progress
+    AGAIN = "again"  # back to its start, or anywhere after its total (a new epoch, evaluation or pass): progress
 
 
 def _order(reading: Reading) -> Tuple[Number, Number, Number]:
@@ -124,50 +136,54 @@ def _order(reading: Reading) -> Tuple[Number, Number, Number]:
 
 @dataclass
 class Track:
-    """One counter as it ran: its furthest reading, when it last advanced, how long it ran, its largest step."""
+    """One counter as it ran: where it started, its furthest reading, when it last moved and how long it ran."""
 
     key: str
     reading: Reading
     last_at: float
     ran_s: float = 0.0
-    advances: int = 0
-    largest: int = 0
+    #: Its first reading: a reading at or before it, once the counter has moved on, is the counter starting again.
+    first: Optional[Reading] = None
     #: Percentage-only bars: the longest seconds one percent took, None before one has passed.
     percent_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.first is None:
+            self.first = self.reading
 
     def move(self, reading: Reading) -> Move:
         """What ``reading`` does to this counter (see the module docstring)."""
         new, old = _order(reading), _order(self.reading)
         if new == old:
             return Move.SAME
-        if new < old:
-            count = reading.count
-            return Move.RESTART if count is not None and count <= RESTART_COUNT else Move.BACK
-        step = self._step(reading)
-        unbounded = reading.total is None and self.advances >= MIN_STEPS_KNOWN
-        if step is not None and unbounded and step > JUMP_FACTOR * max(1, self.largest):
-            return Move.JUMP
-        return Move.FORWARD
+        if new > old:
+            return Move.FORWARD
+        return Move.AGAIN if self._starts_again(reading) else Move.BEHIND
 
-    def _step(self, reading: Reading) -> Optional[int]:
-        """How far ``reading``'s count is past this counter's, in the same epoch; None when not comparable."""
-        count, before = reading.count, self.reading.count
-        if count is None or before is None or reading.epoch != self.reading.epoch:
-            return None
-        return count - before
+    def _starts_again(self, reading: Reading) -> bool:
+        """Whether a reading behind this counter's place is the counter starting again: back to 0 or 1 or to where it
+        first stood (once it had moved on from there), or back from its total."""
+        count, first = reading.count, self.first
+        if self.reading.complete or (count is not None and count <= RESTART_COUNT):
+            return True
+        return first is not None and _order(self.reading) > _order(first) and _order(reading) <= _order(first)
 
     def take(self, reading: Reading, move: Move, now: float, consecutive: bool) -> None:
         """``reading`` moved this counter at ``now``; ``consecutive``: this counter made the last progress too."""
-        step = self._step(reading)
         if consecutive and move is Move.FORWARD:
             self.ran_s += max(0.0, now - self.last_at)
+            step = _step(self.reading, reading)
             if reading.pattern == PERCENT_PATTERN and step:
                 per_percent = max(0.0, now - self.last_at) / step
                 self.percent_s = max(self.percent_s or 0.0, per_percent)
-        if move is Move.FORWARD and step is not None:
-            self.largest = max(self.largest, step)
         self.reading, self.last_at = reading, now
-        self.advances += 1
+
+
+def _step(before: Reading, after: Reading) -> Optional[int]:
+    """How far ``after``'s count is past ``before``'s, in the same epoch; None when they are not comparable."""
+    if after.count is None or before.count is None or after.epoch != before.epoch:
+        return None
+    return after.count - before.count
 
 
 class Counters:
@@ -191,14 +207,10 @@ class Counters:
             track = self._new(reading, now)
         else:
             move = track.move(reading)
-            if move in (Move.SAME, Move.BACK):
+            if move in (Move.SAME, Move.BEHIND):
                 return None
             track.take(reading, move, now, consecutive=self._last == track.key)
             self.tracks.move_to_end(track.key)
-            if move is Move.JUMP:
-                return None
-        if reading.count is None and self.main is not None and self.main is not track:
-            return None  # epochs only, beside a counter of batches or steps: kept apart
         self._choose(track)
         self._last = track.key
         return self._beat(track)

@@ -28,12 +28,17 @@ matches wins (:func:`describe` lists them with a sample line each):
 * Keras' step lines (``12/100 ━━━━ 1s 10ms/step - loss: 0.1``, Keras 2's
   ``[====>...]``) under its ``Epoch 3/10`` line;
 * pytorch/examples' prints (mnist ``Train Epoch: 1 [640/60000 (1%)]``,
-  imagenet ``Epoch: [0][ 10/5005]`` and ``Test: [ 1/196]``);
+  imagenet ``Epoch: [0][ 10/5005]`` and ``Test: [ 1/196]``) and timm's
+  ``Train: 3 [ 100/1251 (  8%)]``;
 * Hugging Face Trainer's log dicts (``{'loss': 0.69, ..., 'epoch': 0.5}``);
-* words: ``global_step N``, ``iteration N``, ``iter N``, ``step N`` (with
-  ``=``/``:``/``/total``), and ``epoch N`` alone; not a rate's unit
-  (``ms/step: 530``, ``time per iter: 12``) nor a measure (``avg step: 1.23s``,
-  ``step: 530ms``): a timing thread's lines are chatter.
+* words: ``global_step N``, ``iteration N``, ``iter N``, ``step N``, a field's
+  ``steps: N`` and ``batch N/total`` (with ``=``/``:``/``[``/``/total``: the
+  PyTorch tutorials' ``Epoch [1/5], Step [100/600]``, Megatron's
+  ``iteration      100/    1000 |``, DeepSpeed's ``step=10, skipped=0`` and
+  ``epoch=0/micro_step=20/global_step=10``, torchtitan's ``step:  1``, a
+  ``logging`` line), and ``epoch N`` alone; not a rate's unit (``ms/step: 530``,
+  ``time per iter: 12``) nor a measure (``avg step: 1.23s``, ``step: 530ms``,
+  ``batch size 32``): a timing thread's lines are chatter.
 
 A user's ``--progress-pattern REGEX`` (:func:`user_pattern`) is tried before
 them. The phase is taken from a bar's own label, never from the rest of the
@@ -48,16 +53,15 @@ epochs from 0, Ultralytics and Keras from 1).
 :class:`OutputProgress` is the stateful reader: it is given every display
 state with the time it was read and answers with a beat (``phase``, ``epoch``,
 ``batch``, ``step`` as ``trainbox.heartbeat.beat`` writes them, plus
-``pattern`` and ``counter``) when a counter moved forward. Each counter is a
-*track* (the pattern with its bar's label or the words before a line's number,
-digits masked, and total), followed as a counter by
-:class:`~trainbox.supervise.output.counters.Counters`: forward by its own steps
-(a repeat, a copy behind it, a far jump are not progress; starting again is),
-the run's main counter giving the place, a bar nested in it (an evaluation, a
-save) a phase inside that place, and an epoch fraction from a log line kept
-apart. A reading with a batch but no epoch takes the epoch of the last reading
-that had one (Keras' ``Epoch 3/10`` line, Ultralytics' epoch bar before its
-validation bar).
+``pattern`` and ``counter``) when a reading was progress. What counts as
+progress, and which counter gives the place, is one model, written once in
+:mod:`trainbox.supervise.output.counters` (and docs/progress.md): a counter (the
+pattern with its bar's label or the words before a line's number, digits
+masked, and total) makes progress when its value moves forward by any amount,
+goes back to its start, or shows a new total; a value that only repeats is not
+progress. A reading with a batch but no epoch takes the epoch of the last
+reading that had one (Keras' ``Epoch 3/10`` line, Ultralytics' epoch bar before
+its validation bar).
 
 The forms are taken from the tools' own code and recorded output
 (tests/fixtures/output/): tqdm's ``format_meter`` (``{l_bar}{bar}| {n_fmt}/{total_fmt}
@@ -65,7 +69,9 @@ The forms are taken from the tools' own code and recorded output
 ``utils/tqdm.py`` ``_display`` and ``DetectionValidator.get_desc``, rich's
 ``BarColumn``/``MofNCompleteColumn``/``TaskProgressColumn``, Keras'
 ``Progbar``, pytorch/examples' ``mnist/main.py`` and ``imagenet/main.py``
-``ProgressMeter``, and Hugging Face ``Trainer.log``.
+``ProgressMeter``, timm's ``train.py``, Megatron-LM's ``training_log``,
+DeepSpeed's ``_report_progress`` and ``ThroughputTimer``, and Hugging Face
+``Trainer.log``.
 
 How the supervisor uses it: the thread that reads the child's terminal feeds
 each chunk to ``TerminalLines.feed`` and every state it returns to
@@ -129,7 +135,7 @@ _PHASES = (
     ("val", re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing|sanity)\b", re.I)),
     ("train", re.compile(r"\b(?:train|training|epoch)\b", re.I)),
 )
-_EPOCH_IN_LABEL = re.compile(r"\bepoch\b\s*(?:[:=#]\s*)?(\d+)(?:\s*/\s*(\d+))?", re.I)
+_EPOCH_IN_LABEL = re.compile(r"\bepoch\b\s*(?:[:=#]\s*)?(?:\[\s*)?(\d+)(?:\s*/\s*(\d+))?", re.I)
 _DIGITS = re.compile(r"\d+")
 #: What every built-in pattern needs somewhere in the line (n/total, a percentage, tqdm's elapsed time, a word):
 #: one search in C turns away most output (log lines, chatter) before the patterns are tried one by one.
@@ -197,9 +203,13 @@ def _counted(name: str, label: str, count: Optional[int], total: Optional[int]) 
 _BAR = "━─╸╺"  # the bar characters of Ultralytics, rich and Keras 3 (colour tells done from to-do, and is stripped)
 _COUNT = r"\d+(?:\.\d+)?[kKMGT]?"  # tqdm's n_fmt, unit-scaled or not
 _ULTRALYTICS_EPOCH = re.compile(r"^\s*(\d+)/(\d+)\s+\S+\s")
-_STEP_WORDS = r"global[_ ]step|iteration|iter|step"
-#: A word after ``/`` or ``per`` is a rate's unit (``ms/step: 530``, ``time per iter: 12``), not a counter's name.
-_NOT_A_RATE = r"(?<!/)(?<!per )"
+#: The words a line names its count with. ``batch`` only with a total (``[batch 100/600]``): ``batch 32`` is a size.
+#: ``steps`` only where a line or a field starts (DeepSpeed's ``steps: 10 loss: ...``): ``Total optimization steps =
+#: 16`` is a plan, not a place.
+_STEP_WORDS = r"global[_ ]step|iteration|iter|step|batch(?=\s*(?:[:=#]\s*)?(?:\[\s*)?\d+\s*/\s*\d)|(?:^|(?<=[\]|,] ))steps"
+#: A word after a unit's ``/`` or after ``per`` is a rate's unit (``ms/step: 530``, ``time per iter: 12``), not a
+#: counter's name; after a number's ``/`` it is the next field (DeepSpeed's ``epoch=0/micro_step=10/global_step=10``).
+_NOT_A_RATE = r"(?<![^\W\d_]/)(?<!per )"
 #: A number with a fraction or a unit after it is a measure (``avg step: 1.23s``, ``step: 530ms``, ``iter 3 GB``),
 #: not a count; the digit excluded first keeps the regex from backing off to a shorter number (``53`` of ``530ms``).
 _NOT_A_MEASURE = r"(?!\d|[.,]\d|\s*(?:%|(?:[mµun]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|[kKMGT]i?B|x)\b))"
@@ -236,12 +246,11 @@ def _keras_epoch(match: re.Match[str]) -> Optional[Reading]:
     return Reading("keras", _track("keras", "", None), epoch=_int(match.group("epoch")), epochs=_int(match.group("epochs")))
 
 
-def _examples(phase: str) -> Callable[[re.Match[str]], Optional[Reading]]:
+def _examples(phase: str, name: str = "pytorch-examples") -> Callable[[re.Match[str]], Optional[Reading]]:
     def build(match: re.Match[str]) -> Optional[Reading]:
         epoch = _int(match.groupdict().get("epoch"))
         count, total = _int(match.group("n")), _int(match.group("total"))
-        track = _track("pytorch-examples", phase, None)
-        return Reading("pytorch-examples", track, phase, epoch, None, count, total, total=total)
+        return Reading(name, _track(name, phase, None), phase, epoch, None, count, total, total=total)
 
     return build
 
@@ -254,13 +263,18 @@ def _hf_log(match: re.Match[str]) -> Optional[Reading]:
 def _step_words(match: re.Match[str]) -> Optional[Reading]:
     before = match.string[: match.start()]
     epoch = _EPOCH_IN_LABEL.search(match.string)
+    count, total = _int(match.group("n")), _int(match.group("total"))
+    in_epoch = match.group("word").lower() == "batch"  # a batch counts within its epoch; a step, iteration, iter runs on
     return Reading(
         "words",
-        _track("words", before, None),  # one line form, one counter: "eval step 3" is not "step 3"
+        _track("words", before, total),  # one line form, one counter: "eval step 3" is not "step 3"
         phase_of(before),
         epoch=_int(epoch.group(1)) if epoch else None,
         epochs=_int(epoch.group(2)) if epoch else None,
-        step=_int(match.group("n")),
+        batch=count if in_epoch else None,
+        batches=total if in_epoch else None,
+        step=None if in_epoch else count,
+        total=total,
     )
 
 
@@ -334,6 +348,13 @@ PATTERNS: Tuple[LinePattern, ...] = (
         "Test: [ 10/196]\tTime  0.050 ( 0.061)\tLoss 1.2345e+00 (1.3456e+00)",
     ),
     LinePattern(
+        "timm",
+        re.compile(r"^Train: (?P<epoch>\d+) \[\s*(?P<n>\d+)/(?P<total>\d+)"),
+        _examples("train", "timm"),
+        "timm's train.py (its validation lines are imagenet's Test: form)",
+        "Train: 3 [ 100/1251 (  8%)]  Loss: 6.912 (6.925)  Time: 0.412s,  621.36/s  LR: 1.000e-04",
+    ),
+    LinePattern(
         "hf-log",
         re.compile(r"^\{'(?P<eval>eval_)?.*'epoch': '?(?P<epoch>\d+(?:\.\d+)?)'?\s*[,}]"),
         _hf_log,
@@ -342,14 +363,20 @@ PATTERNS: Tuple[LinePattern, ...] = (
     ),
     LinePattern(
         "words",
-        re.compile(rf"{_NOT_A_RATE}\b(?:{_STEP_WORDS})\b\s*(?:[:=#]\s*)?(?P<n>\d+){_NOT_A_MEASURE}(?:\s*/\s*\d+)?", re.I),
+        re.compile(
+            rf"{_NOT_A_RATE}\b(?P<word>{_STEP_WORDS})\b\s*(?:[:=#]\s*)?(?:\[\s*)?(?P<n>\d+){_NOT_A_MEASURE}"
+            r"(?:\s*/\s*(?P<total>\d+))?",
+            re.I,
+        ),
         _step_words,
         "a line naming its step: global_step, iteration, iter or step, then the number",
         "step=1200 loss=0.173",
     ),
     LinePattern(
         "words",
-        re.compile(rf"{_NOT_A_RATE}\bepoch\b\s*(?:[:=#]\s*)?(?P<epoch>\d+){_NOT_A_MEASURE}(?:\s*/\s*(?P<epochs>\d+))?", re.I),
+        re.compile(
+            rf"{_NOT_A_RATE}\bepoch\b\s*(?:[:=#]\s*)?(?:\[\s*)?(?P<epoch>\d+){_NOT_A_MEASURE}(?:\s*/\s*(?P<epochs>\d+))?", re.I
+        ),
         _epoch_words,
         "a line naming its epoch, and no step",
         "=> epoch 3 done, val mAP 0.41",
@@ -424,7 +451,7 @@ def with_user_patterns(texts: Sequence[str]) -> Tuple[LinePattern, ...]:
 
 
 class OutputProgress:
-    """Reads every display state of one attempt and says when a counter advanced (see the module docstring).
+    """Reads every display state of one attempt and says when a reading was progress (see the module docstring).
 
     Thread-safe: the output reader thread calls :meth:`observe`; the supervisor loop calls :meth:`latest`.
     """
@@ -442,8 +469,8 @@ class OutputProgress:
         self.advances = 0
 
     def observe(self, line: str, now: float) -> Optional[Dict[str, Any]]:
-        """The beat when ``line`` (read at ``now``, any clock) moved a counter forward; None otherwise (a redraw, a
-        repeat, chatter, a counter that went back: :mod:`trainbox.supervise.output.counters`)."""
+        """The beat when ``line`` (read at ``now``, any clock) was progress; None otherwise (a redraw, a repeat, a copy
+        behind, chatter: :mod:`trainbox.supervise.output.counters`)."""
         reading = read(line, self._patterns)
         if reading is None:
             return None
