@@ -24,6 +24,7 @@ from trainbox import faults
 from trainbox.errors import ExitCode
 from trainbox.supervise.output.counters import PERCENT_NOTICE
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
+from trainbox.supervise.settings import STALL_TIMEOUT
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PROGRAMS = FIXTURES / "output" / "programs"
@@ -147,13 +148,18 @@ def test_loggers_counting_within_each_epoch_or_jumping_ahead_are_never_stalled_u
 
 
 def test_a_bar_showing_only_a_percentage_is_judged_by_the_time_a_percent_takes(tmp_path: Path) -> None:
-    # rich.progress.track, one percent every 2.5 s: a healthy loop whose percent takes longer than the 2 s budget
+    # rich.progress.track, one percent every 2.5 s, under the defaults: each silence is judged by the stall budget
+    # until a percent has passed, then by the budget its percents declare (3x the longest, never under the stall
+    # budget), never by the learned floor or for a day. A --stall-timeout the user gives bounds that budget
+    # (tests/supervise/stalls/test_budgets.py), so this test gives none.
     bar = program("percent_bar.py", "--delay", "2.5", "--percents", "3")
-    options = ["--startup-timeout", "10", "--stall-timeout", "2", "--grace", "1", "--backoff", "0.1"]
-    result = supervise(tmp_path, bar, options=options)
+    result = supervise(tmp_path, bar, options=[])
     assert result.code == ExitCode.OK, result.stderr
     assert result.kinds() == ["start", "exit"]
     assert result.stderr.count(PERCENT_NOTICE) == 1, "said once, at start"
+    judged = [silence for sample in progress_samples(tmp_path) for silence in sample["silences"].values()]
+    stall_s = STALL_TIMEOUT.number
+    assert {(s["budget"], s["budget_s"]) for s in judged[1:]} <= {("stall", stall_s), ("phase:", stall_s)}, judged
 
 
 def test_a_command_with_no_counter_is_told_how_to_give_progress_and_not_called_misconfigured(tmp_path: Path) -> None:

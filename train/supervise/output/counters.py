@@ -40,10 +40,11 @@ Two things are not progress:
   any other, as a phase inside the main counter's place (an epoch fraction is no step).
 
 **A bar that shows only a percentage** (``rich.progress.track``: ``━━━ 45%``) is a counter of 100 like any other;
-its budget is its own: its beats declare a ``timeout`` of :data:`PERCENT_FACTOR` times the longest percent seen,
-never under the stall budget, and before a percent has passed,
-:data:`~trainbox.supervise.stalls.budgets.MAX_DECLARED_S` (only an idle tree is a stall then).
-:attr:`Counters.notices` holds the line that says so, once.
+its budget is its own: once a percent has passed, its beats declare a ``timeout`` of :data:`PERCENT_FACTOR` times the
+longest percent seen, never under the stall budget (nor over
+:data:`~trainbox.supervise.stalls.budgets.MAX_DECLARED_S`); before that, they declare none, so the stall budget
+judges (a hang before the first percent, busy or idle, is found in minutes, not in the day a declared budget would
+allow). :attr:`Counters.notices` holds the line that says so, once.
 
 Pure and thread-unsafe: :class:`~trainbox.supervise.output.progress.OutputProgress` calls it under its lock.
 """
@@ -73,7 +74,7 @@ PERCENT_PATTERN = "rich-percent"
 PERCENT_NOTICE = (
     "its progress bar shows only a percentage: a silence is judged by the time one percent takes "
     f"({PERCENT_FACTOR:g}x the longest seen, never under the stall budget); until one percent has passed, "
-    "only a process tree gone idle is a stall"
+    "by the stall budget"
 )
 
 
@@ -247,9 +248,7 @@ class Counters:
         return beat
 
     def _timeout(self, track: Track) -> Optional[float]:
-        """A percentage-only bar's budget, None for any other counter."""
-        if track.reading.pattern != PERCENT_PATTERN:
+        """A percentage-only bar's budget once a percent has passed; None before, and for any other counter."""
+        if track.reading.pattern != PERCENT_PATTERN or track.percent_s is None:
             return None
-        if track.percent_s is None:
-            return MAX_DECLARED_S
         return min(MAX_DECLARED_S, max(self.floor_s, round(PERCENT_FACTOR * track.percent_s, 3)))
