@@ -76,7 +76,7 @@ def test_status_shows_a_tqdm_bar_read_from_the_output(tmp_path: Path) -> None:
     (tmp_path / "progress.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples((100.0, 10), (110.0, 30))))
     lines = status.render(tmp_path, status.read(tmp_path), now=111.0)
     assert lines[2].startswith("progress  step 30/60, last beat ") and lines[2].endswith("(read from its output: tqdm)")
-    assert "speed     2.00 it/s" in lines and "eta       0m15s" in lines
+    assert "speed     2.00 it/s" in lines and "eta       0m15s (the run's)" in lines
 
 
 def _write(path: Path, records: List[Dict[str, Any]]) -> None:
@@ -101,3 +101,54 @@ def test_time_lost_to_a_stall_is_its_silence_the_restart_and_the_work_done_again
     view = runview.read(tmp_path, now=100.0)
     lost = view.loss(view.stalls[0])
     assert not lost.regained and lost.seconds == 35.0 - 20.0, "the silence, the kill and the restart: not up to the end"
+
+
+def _bar_run(tmp_path: Path, beat: Dict[str, Any], points: List[Dict[str, Any]], epochs: Any = None) -> Path:
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "state.json").write_text(json.dumps({"state": "running", "attempt": 0, "heartbeat": beat}))
+    _write(tmp_path / "progress.jsonl", points)
+    if epochs is not None:
+        (tmp_path / "train").mkdir()
+        (tmp_path / "train" / "args.yaml").write_text(f"epochs: {epochs}\nbatch: 16\n")
+    return tmp_path
+
+
+def _line(lines: List[str], head: str) -> str:
+    [line] = [line for line in lines if line.startswith(head)]
+    return line
+
+
+def test_the_eta_is_the_run_s_where_the_epochs_are_known_and_the_bar_s_said_as_such_otherwise(tmp_path: Path) -> None:
+    """Epoch 2 of 5 from Ultralytics' args.yaml, its bar 30/60 at 2 it/s: 15 s of this epoch and 3 more of 30 s."""
+    beat = {"epoch": 2, "batch": 30, "batches": 60, "ts": 110.0}
+    run = _bar_run(tmp_path / "known", beat, samples((100.0, 10), (110.0, 30), epoch=2), epochs=5)
+    assert _line(status.render(run, status.read(run, now=110.0), now=110.0), "eta") == "eta       1m45s (the run's)"
+    alone = _bar_run(tmp_path / "alone", beat, samples((100.0, 10), (110.0, 30), epoch=2))
+    eta = _line(status.render(alone, status.read(alone, now=110.0), now=110.0), "eta")
+    assert eta == "eta       0m15s (this bar's; the run's epochs are not known)"
+
+
+def test_the_eta_of_a_silent_run_grows_and_says_so(tmp_path: Path) -> None:
+    """Hung at step 30 of 60 after 2 it/s: not ``0m15s`` for ever."""
+    run = _bar_run(tmp_path, {"step": 30, "steps": 60, "ts": 110.0}, samples((100.0, 10), (110.0, 30)))
+    etas = [_line(status.render(run, status.read(run, now=now), now=now), "eta") for now in (110.0, 170.0, 410.0)]
+    assert etas[0] == "eta       0m15s (the run's)"
+    # 20 steps in 70 s, then in 310 s: the 30 left take 1m45s, then 7m45s
+    assert etas[1] == "eta       1m45s (the run's, growing: no progress for 60 s)", etas
+    assert etas[2] == "eta       7m45s (the run's, growing: no progress for 300 s)", etas
+
+
+def test_a_moving_bar_has_a_rate_before_two_samples_of_it_are_written(tmp_path: Path) -> None:
+    """progress.jsonl samples every 5 s: a bar of 8 s has one sample, and the counter published since is the second."""
+    run = _bar_run(tmp_path, {"step": 30, "steps": 40, "ts": 104.0}, samples((100.0, 10)))
+    lines = status.render(run, status.read(run, now=104.0), now=104.0)
+    assert _line(lines, "speed") == "speed     5.00 it/s" and _line(lines, "eta") == "eta       0m02s (the run's)"
+
+
+@given(st.floats(0, 1e6), st.floats(0, 1e6), st.integers(0, 100), st.integers(0, 100))
+def test_a_silence_never_makes_the_eta_shorter(silent_a: float, silent_b: float, count: int, left: int) -> None:
+    beat = {"step": count, "steps": count + left, "ts": 10.0}
+    earlier, later = sorted((silent_a, silent_b))
+    bars = [counter.bar_of(beat, samples((0.0, 0)), now=10.0 + silent) for silent in (earlier, later)]
+    etas = [bar.eta_s() if bar is not None else None for bar in bars]
+    assert (etas[0] is None) == (etas[1] is None) and (etas[0] is None or etas[1] >= etas[0])

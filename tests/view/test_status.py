@@ -249,3 +249,12 @@ def test_any_busy_record_in_state_json_renders(tmp_path: Path, busy: Any, silent
     (run / "state.json").write_bytes(hostile.dumps({"state": "running", "busy": busy, "silent_s": silent}))
     lines = status.render(run, status.read(run), now=NOW)
     assert all("\n" not in line for line in lines) and lines[1].startswith("state")
+
+
+def test_a_run_that_gave_up_before_any_progress_says_so_not_epoch_unknown(tmp_path: Path) -> None:
+    write_events(tmp_path, {"event": "start", "attempt": 0, "ts": 1.0}, {"event": "exit", "attempt": 0, "code": 1, "ts": 2.0})
+    (tmp_path / "state.json").write_text(json.dumps({"state": "gave_up", "attempt": 0}))
+    lines = status.render(tmp_path, status.read(tmp_path), now=3.0)
+    assert "trained   nothing: no progress was read" in lines, lines
+    (tmp_path / "state.json").write_text(json.dumps({"state": "gave_up", "attempt": 0, "heartbeat": {"step": 40, "steps": 40}}))
+    assert "trained   step 40/40" in status.render(tmp_path, status.read(tmp_path), now=3.0)

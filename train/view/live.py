@@ -30,7 +30,7 @@ from trainbox.errors import UserError
 from trainbox.rundir.progress import STARTUP_PHASE
 from trainbox.view import runview
 from trainbox.view.runview import RunView
-from trainbox.view.status import checkpoint_line, duration
+from trainbox.view.status import checkpoint_line, eta_line
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -62,8 +62,7 @@ def position(view: RunView) -> str:
 
 def speed(view: RunView, deadline: Optional[datetime.datetime]) -> str:
     rate = view.beat.get("imgs_per_s")
-    eta = view.eta_s()
-    until = "finished" if view.finished else "ETA " + (duration(eta) if eta is not None else "unknown")
+    until = "finished" if view.finished else "ETA " + eta_line(view.snapshot)
     bar = view.snapshot.bar
     told = f"{rate} img/s" if rate else bar.speed() if bar is not None and not view.finished else "img/s unknown"
     text = told + ", " + until

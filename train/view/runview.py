@@ -361,4 +361,5 @@ def _results(run: RunDir) -> List[Dict[str, float]]:
 
 def read(run_dir: Path, now: Optional[float] = None) -> RunView:
     """The run directory's view; a directory that does not exist is a UserError (one line)."""
-    return RunView(run=RunDir(Path(run_dir)), snapshot=status.read(run_dir), now=time.time() if now is None else now)
+    now = time.time() if now is None else now
+    return RunView(run=RunDir(Path(run_dir)), snapshot=status.read(run_dir, now), now=now)

@@ -141,15 +141,16 @@ def _train_args(run: RunDir) -> Dict[str, Optional[int]]:
     return {"epochs": _positive(args.get("epochs")), "batch": _positive(args.get("batch"))}
 
 
-def read(run_dir: Path) -> Progress:
+def read(run_dir: Path, now: Optional[float] = None) -> Progress:
     """Collect a run directory's files; a directory that is not a run is a UserError."""
     if not run_dir.is_dir():  # not the run directory: its root, the user's own path (a link there is the user's)
         raise UserError(f"run directory {run_dir} not found: pass --run-dir or start a run with `invoke train`")
-    return snapshot(RunDir(run_dir))
+    return snapshot(RunDir(run_dir), now)
 
 
-def snapshot(run: RunDir) -> Progress:
-    """The run directory's files as they are now, typed; whatever is missing or refused is simply not there."""
+def snapshot(run: RunDir, now: Optional[float] = None) -> Progress:
+    """The run directory's files as they are at ``now`` (default: now), typed; whatever is missing or refused is
+    simply not there."""
     args = _train_args(run)
     state, why = state_file.read(run.state)
     history = events_file.history(run.events)
@@ -170,11 +171,20 @@ def snapshot(run: RunDir) -> Progress:
         batch_size=args["batch"],
         checkpoint_mtime=checkpoint.st_mtime if checkpoint is not None else found.get("mtime"),
         notes=notes,
-        bar=counter.bar_of(beat, samples.records) if samples is not None else None,
+        bar=_bar(beat, samples, state, args["epochs"], time.time() if now is None else now),
         samples=samples,
         checkpoint_path=run.last_checkpoint.name if checkpoint is not None else found.get("path"),
         checkpoint_step=None if checkpoint is not None else found.get("step"),
     )
+
+
+def _bar(
+    beat: Dict[str, Any], samples: Optional[Records], state: Dict[str, Any], epochs: Optional[int], now: float
+) -> Optional[Bar]:
+    """The counter the supervisor read from the output, as a bar (:mod:`trainbox.view.counter`); None for a beat."""
+    if samples is None:
+        return None
+    return counter.bar_of(beat, samples.records, now, whole(state.get("attempt")), epochs)
 
 
 def _found_checkpoint(state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -287,15 +297,27 @@ def _number(value: Any, default: float) -> float:
 
 def _place(beat: Dict[str, Any], progress: Progress, batch: bool = True) -> str:
     """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat; ``epoch 3/10`` without ``batch``), or
-    ``step 1200``."""
+    ``step 1200``, or ``batch 5`` (no ``epoch ?`` where no epoch was ever shown or known)."""
     if "epoch" not in beat and "batch" not in beat and "step" in beat:
         return f"step {beat['step']}"
     epochs = progress.epochs or beat.get("epochs")
+    if "epoch" not in beat and "batch" in beat and not epochs:
+        return f"batch {beat['batch']}"
     place = f"epoch {beat.get('epoch', '?')}{f'/{epochs}' if epochs else ''}"
     if not batch:
         return place
     per_epoch = progress.batches_per_epoch or _number(beat.get("batches"), 0)
     return f"{place}, batch {beat.get('batch', '?')}{f'/{per_epoch:.0f}' if per_epoch else ''}"
+
+
+def _trained(progress: Progress) -> str:
+    """Where an ended run got to: its bar's place (``step 40/40``), its beat's epoch, or that none was read."""
+    beat = progress.beat
+    if progress.bar is not None:
+        return progress.bar.position()
+    if "epoch" in beat:
+        return _place(beat, progress, batch=False)
+    return _place(beat, progress) if "batch" in beat or "step" in beat else "nothing: no progress was read"
 
 
 def render(
@@ -314,7 +336,7 @@ def render(
     finished = progress.finished
     if finished is not None:
         lines[-1] += f", finished at {_clock(_ts(finished))}, exit {finished.get('code', '?')}"
-        lines.append(f"trained   {_place(progress.beat, progress, batch=False)}")
+        lines.append(f"trained   {_trained(progress)}")
     else:
         lines += _live_lines(progress, now, health)
     lines.append(f"restarts  {progress.count('restart')}, stalls {progress.count('stall')}, crashes {progress.count('crash')}")
@@ -349,6 +371,15 @@ def busy_line(state: Dict[str, Any]) -> Optional[str]:
     return f"silent {state['silent_s']:.0f} s, busy ({busy.get('guess') or 'working'}){judged}"
 
 
+def eta_line(progress: Progress) -> str:
+    """``4m10s``, for a bar ``4m10s (the run's)`` or ``0m04s (this bar's; ...)``, growing while it is silent; or why
+    it is unknown."""
+    eta, bar = progress.eta_s(), progress.bar
+    if eta is None:
+        return "unknown (needs a total and a rate)" if bar is not None else "unknown (needs a finished epoch)"
+    return f"{duration(eta)} ({bar.eta_words()})" if bar is not None else duration(eta)
+
+
 def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[str]:
     """A run under way: its progress, speed, ETA and (in a container) health."""
     beat = progress.beat
@@ -367,9 +398,7 @@ def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[s
     silence = busy_line(progress.state)
     if silence:
         lines.append(f"silence   {silence}")
-    eta = progress.eta_s()
-    unknown = "unknown (needs a total and a rate)" if progress.bar is not None else "unknown (needs a finished epoch)"
-    lines.append(f"eta       {duration(eta) if eta is not None else unknown}")
+    lines.append(f"eta       {eta_line(progress)}")
     if health:
         lines.append(f"health    {health}")
     return lines
