@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.rundir import hostile
+from tests.supervised import train_cli
 from trainbox.container import dotenv
 from trainbox.errors import UserError
 from trainbox.rundir.layout import RunDir
@@ -258,3 +260,15 @@ def test_a_run_that_gave_up_before_any_progress_says_so_not_epoch_unknown(tmp_pa
     assert "trained   nothing: no progress was read" in lines, lines
     (tmp_path / "state.json").write_text(json.dumps({"state": "gave_up", "attempt": 0, "heartbeat": {"step": 40, "steps": 40}}))
     assert "trained   step 40/40" in status.render(tmp_path, status.read(tmp_path), now=3.0)
+
+
+#: A loop that prints ``step N/40`` and exits right after its last line: nothing of it is read after the last look.
+STEPS = "import time\nfor i in range(1, 41):\n    print(f'step {i}/40', flush=True)\n    time.sleep(0.02)\n"
+
+
+def test_status_reads_the_last_counter_up_to_the_exit(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    done = train_cli(["supervise", "--run-dir", str(run_dir), "--quiet", "--", sys.executable, "-c", STEPS], run_dir)
+    assert done.code == 0, done.stderr
+    shown = train_cli(["status", "--run-dir", str(run_dir)])
+    assert "trained   step 40" in shown.stdout.splitlines(), shown.stdout
