@@ -138,3 +138,14 @@ def test_every_new_value_of_a_log_form_through_a_run_is_progress(form: str) -> N
     lines = RUNS[form]
     assert len(fed(list(enumerate(lines)))) == len(lines)
     assert len(fed(list(enumerate(line for line in lines for _ in (1, 2))))) == len(lines), "each printed twice: no more"
+
+
+def test_a_counter_that_only_repeats_the_main_counters_place_in_another_form_is_no_progress() -> None:
+    # DeepSpeed logs each step twice: the engine's report, then its throughput timer's
+    report = "[2026-12-06 03:56:48,599] [INFO] [logging.py:123:log_dist] [Rank 0] step={}, skipped=0, lr=[0.01], mom=[0]"
+    timer = "[2026-12-06 03:56:48,599] [INFO] [timer.py:264:stop] epoch=0/micro_step={0}/global_step={0}, Samples/sec=283"
+    lines = [line.format(step) for step in (20, 40, 60) for line in (report, timer)]
+    beats = fed(list(enumerate(lines)))
+    assert [b["step"] for b in beats] == [20, 40, 60] and len({b["counter"] for b in beats}) == 1, "one rhythm"
+    lagging = [report.format(20), timer.format(20), report.format(40), timer.format(30)]  # the timer behind: its own
+    assert [b.get("side_step", b["step"]) for b in fed(list(enumerate(lagging)))] == [20, 40, 30]

@@ -22,8 +22,10 @@ Two things are not progress:
   ``lr=1e-4``): the recogniser never reads them as a counter, so a thread that prints its timing while the loop
   hangs shows nothing;
 * **a line that only repeats**: the same value again (a bar redrawn at the same count by tqdm's monitor thread
-  or rich's refresh thread, a log line printed twice), or a value behind the counter's furthest that is not its
-  start (another rank's copy of the same line, a step behind): it moves nothing.
+  or rich's refresh thread, a log line printed twice), a value behind the counter's furthest that is not its start
+  (another rank's copy of the same line, a step behind), or a counter that has only ever shown the main counter's
+  place (below), past its start, in another form (DeepSpeed logs each step twice, as ``step=20, skipped=0`` and as
+  ``epoch=0/micro_step=20/global_step=20``): it moves nothing, and the main counter's steps stay one rhythm.
 
 **Where the run is.** Several counters may move at once, so one of them gives the place:
 
@@ -147,6 +149,8 @@ class Track:
     first: Optional[Reading] = None
     #: Percentage-only bars: the longest seconds one percent took, None before one has passed.
     percent_s: Optional[float] = None
+    #: Every reading so far was the main counter's place, past its start, in another form (see :meth:`Counters.take`).
+    echo: bool = True
 
     def __post_init__(self) -> None:
         if self.first is None:
@@ -212,9 +216,22 @@ class Counters:
                 return None
             track.take(reading, move, now, consecutive=self._last == track.key)
             self.tracks.move_to_end(track.key)
+        if self._echoes(track):
+            return None
         self._choose(track)
         self._last = track.key
         return self._beat(track)
+
+    def _echoes(self, track: Track) -> bool:
+        """Whether ``track`` only repeats the main counter: it has shown nothing but the main counter's place, past its
+        start (DeepSpeed logs each step twice: ``step=20, skipped=0`` and ``epoch=0/micro_step=20/global_step=20``)."""
+        main, reading = self.main, track.reading
+        if main is None or main is track or not track.echo:
+            return False
+        epochs = {reading.epoch, main.reading.epoch} - {None}  # one form may name the epoch, the other not
+        count = reading.count
+        track.echo = count is not None and count > RESTART_COUNT and count == main.reading.count and len(epochs) <= 1
+        return track.echo
 
     def _new(self, reading: Reading, now: float) -> Track:
         track = Track(reading.track, reading, now)
