@@ -78,11 +78,11 @@ def reserve(runs: Path, command: str, started: float) -> Path:
     """A new run directory of ``command`` under ``runs``, made (see the module docstring); a UserError when
     ``runs`` cannot hold one."""
     try:
-        runs.mkdir(parents=True, exist_ok=True)  # the folder of runs, not a run directory
+        runs.mkdir(parents=True, exist_ok=True)  # not the run directory: the folder of runs
         for number in range(1, MAX_SAME_SECOND + 1):
             found = runs / layout.run_name(command, started, number)
             try:
-                found.mkdir()  # fails on a name another run took, even one started a moment ago
+                found.mkdir()  # not the run directory: its root, made; fails on a name taken a moment ago
                 return found
             except FileExistsError:
                 continue

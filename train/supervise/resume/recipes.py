@@ -147,7 +147,7 @@ def _text(path: Optional[str]) -> str:
     if not path:
         return ""
     try:
-        with open(path, "rb") as handle:  # the user's own script, not the run directory
+        with open(path, "rb") as handle:  # not the run directory: the user's own script
             return handle.read(MAX_SCRIPT_BYTES).decode("utf-8", "replace")
     except OSError:
         return ""
@@ -163,7 +163,7 @@ def _is_yolo_train(argv: Sequence[str]) -> bool:
 def _git_root(start: Path) -> Optional[Path]:
     """The git checkout ``start`` is in (Ultralytics puts its runs folder at its top on a first run there)."""
     for folder in (start, *start.parents):
-        if (folder / ".git").exists():
+        if (folder / ".git").exists():  # not the run directory: the user's checkout
             return folder
     return None
 
