@@ -38,8 +38,8 @@ Two things are not progress:
   (``side_step``, ``side_total``). So a stall during a checkpoint save is placed at the training step, not at step
   1 of the shard writer, and two saves of a run are two places.
 * **One unit per run.** A counter of epochs only (Hugging Face's ``{'epoch': 0.625}`` log dict, an ``epoch 3 of
-  10`` line) never becomes the main counter once one of batches or steps is known: its new value is progress like
-  any other, as a phase inside the main counter's place (an epoch fraction is no step).
+  10`` line) never becomes the main counter: beside one of batches or steps, its new value is progress like any
+  other, as a phase inside that counter's place (an epoch fraction is no step); alone, it is the place.
 
 **A bar that shows only a percentage** (``rich.progress.track``: ``━━━ 45%``) is a counter of 100 like any other;
 its budget is its own: once a percent has passed, its beats declare a ``timeout`` of :data:`PERCENT_FACTOR` times the
