@@ -106,10 +106,12 @@ def why(first: Optional[RankSeen], ranks: Sequence[RankSeen], missing: Sequence[
             return f"the {len(ranks)} rank(s) reported wait for a peer{later}"
         return f"all {len(ranks)} ranks reported wait for a peer: a lost node or the network, not a rank"
     waiting = [r for r in ranks if r.waiting]
+    unread = [r for r in ranks if r.waiting is None and r is not first]
     where = f" in {first.doing}" if first.doing else ""
     if first.waiting is None:
-        return f"rank {first.rank} on node {first.node} has no stack yet; the {len(waiting)} reported wait for a peer"
-    return f"rank {first.rank} on node {first.node} stopped{where}; {len(waiting)} other rank(s) wait for it"
+        return f"rank {first.rank} on node {first.node} has no stack yet; the {len(waiting)} reported wait for a peer" + later
+    without = f", {len(unread)} without a stack" if unread else ""
+    return f"rank {first.rank} on node {first.node} stopped{where}; {len(waiting)} other rank(s) wait for it{without}{later}"
 
 
 def same_stall(parts: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
@@ -189,8 +191,10 @@ class JobIncidents:
         if report is None:
             return None
         rows = self._rows(report)
-        ts = record.get("ts") if isinstance(record.get("ts"), (int, float)) else time.time()
-        silent = record.get("silent_s") if isinstance(record.get("silent_s"), (int, float)) else 0.0
+        ts = _seconds(record.get("ts"), time.time())
+        silent = _seconds(record.get("silent_s"), 0.0)
+        # The event is written after the report and the kill: the stall was called that much earlier.
+        called = ts - _seconds(record.get("incident_s"), 0.0) - _seconds(record.get("kill_s"), 0.0)
         at = record.get("at") if isinstance(record.get("at"), str) else None
         ranks = []
         for rank, pid in sorted(rank_processes(rows).items()):
@@ -202,7 +206,7 @@ class JobIncidents:
                     pid=pid,
                     waiting=None if stack is None else collective.waiting_for_peers(stack, pid),
                     doing=None if stack is None else _doing(stack, pid),
-                    last_progress_ts=ts - silent,
+                    last_progress_ts=called - silent,
                     at=at,
                 )
             )
@@ -246,6 +250,10 @@ class JobIncidents:
         data = self.run.files.read_bytes(report.stack(pid), MAX_STACK_BYTES).value
         text = data.decode(errors="replace") if data is not None else None
         return None if text is None or text.startswith("no stack:") else text
+
+
+def _seconds(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def _doing(stack: str, pid: int) -> Optional[str]:
