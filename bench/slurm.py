@@ -10,9 +10,9 @@ end (``--checkpoint`` in the job's directory). Per round:
 * **bare**: the same job with no fault: its wall time (sbatch to COMPLETED);
 * **hung**: rank 1's node hangs it in epoch 1 at step ``--hang-step`` (the fault injector's ``node`` condition), with
   ``--stall-timeout``: each node's detection (the silence when its supervisor called the stall), whether the job's
-  incident named the hung rank, the seconds from the hang to both nodes' next attempt (the whole job restarted), the
-  work lost (steps of the epoch done before the hang, against the checkpoint interval: an epoch's steps), and the wall
-  time against the bare one.
+  incident named the hung rank, the seconds from its last progress to both nodes' next attempt (the whole job
+  restarted), the work lost (the steps between the hung rank's place and where the program says it resumed, against
+  the checkpoint interval: an epoch's steps), and the wall time against the bare one.
 
 Without trainbox the hung job waits in gloo's all-reduce until its 30-minute timeout, then fails, and a requeue
 starts it over. Written to bench/results/slurm.{json,md}, with the machine and the date.
@@ -23,11 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from common import REPO, machine, summary, write_results
 
@@ -58,7 +59,18 @@ def run_job(cluster: Cluster, folder: Path, stall_timeout: float, fault: str) ->
     }
 
 
-def measured(hung: Dict[str, Any], hang_step: int) -> Dict[str, Any]:
+def work_lost(root: Path, at: Any) -> Optional[int]:
+    """Steps trained again: where the hung rank was (its stall's place, ``epoch E batch B``) minus where the program
+    itself says it went on from (its resume line, ``resumed from ... at epoch N``, in node 0's next attempt)."""
+    place = re.search(r"epoch (\d+) batch (\d+)", str(at))
+    log = (root / "node-0" / "logs" / "attempt-1.log").read_text(errors="replace")
+    resumed = re.search(r"resumed from \S+ at epoch (\d+)", log)
+    if place is None or resumed is None:
+        return None
+    return int(place[1]) * STEPS_PER_EPOCH + int(place[2]) - int(resumed[1]) * STEPS_PER_EPOCH
+
+
+def measured(hung: Dict[str, Any]) -> Dict[str, Any]:
     """What a hung round's directories say: detection per node, the verdict, the restart, the work lost."""
     root: Path = hung["root"]
     verdict = json.loads((root / "incident.json").read_text())
@@ -76,7 +88,7 @@ def measured(hung: Dict[str, Any], hang_step: int) -> Dict[str, Any]:
         "why": verdict.get("why"),
         "ranks": [(r.get("node"), r.get("rank"), r.get("waiting"), r.get("doing")) for r in verdict.get("ranks", [])],
         "job_restarted_s": round(max(restarts) - hang_ts, 1) if hang_ts else None,
-        "work_lost_steps": hang_step - STEPS_PER_EPOCH,
+        "work_lost_steps": work_lost(root, first.get("at")),
         "interval_steps": STEPS_PER_EPOCH,
     }
 
@@ -90,7 +102,7 @@ def markdown(data: Dict[str, Any]) -> str:
         f"`{data['command']}`. Two `slurmd -N` nodes on this machine, one gloo rank each, examples/plain_pytorch.py "
         f"checkpointing every epoch ({STEPS_PER_EPOCH} steps), `--stall-timeout {data['stall_timeout_s']:g}`.",
         "",
-        "| round | detected (node 0 / node 1) | hung rank named | hang to whole job restarted | work lost / interval "
+        "| round | detected (node 0 / node 1) | hung rank named | last progress to whole job restarted | work lost / interval "
         "| wall: hung / bare |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -102,7 +114,7 @@ def markdown(data: Dict[str, Any]) -> str:
         )
     times = [r["job_restarted_s"] for r in rows if r["job_restarted_s"] is not None]
     if times:
-        lines += ["", f"Hang to whole job restarted: median {summary(times)['median']:.1f} s over {len(times)} round(s)."]
+        lines += ["", f"Last progress to whole job restarted: median {summary(times)['median']:.1f} s over {len(times)} round(s)."]
     lines += ["Without trainbox the job waits in gloo's all-reduce until its 30-minute timeout.", ""]
     return "\n".join(lines)
 
@@ -126,7 +138,7 @@ def main() -> int:
                 bare = run_job(cluster, Path(tempfile.mkdtemp(dir=where)), args.stall_timeout, "")
                 fault = f"sleep@step,node=1,step={args.hang_step},attempt=0"
                 hung = run_job(cluster, Path(tempfile.mkdtemp(dir=where)), args.stall_timeout, fault)
-                row = dict(measured(hung, args.hang_step), hung_wall_s=hung["wall_s"], bare_wall_s=bare["wall_s"])
+                row = dict(measured(hung), hung_wall_s=hung["wall_s"], bare_wall_s=bare["wall_s"])
                 row.update(hung_state=hung["state"], bare_state=bare["state"])
                 print(f"round {number}: {row}", flush=True)
                 rounds.append(row)
