@@ -114,7 +114,8 @@ def markdown(data: Dict[str, Any]) -> str:
         )
     times = [r["job_restarted_s"] for r in rows if r["job_restarted_s"] is not None]
     if times:
-        lines += ["", f"Last progress to whole job restarted: median {summary(times)['median']:.1f} s over {len(times)} round(s)."]
+        median = summary(times)["median"]
+        lines += ["", f"Last progress to whole job restarted: median {median:.1f} s over {len(times)} round(s)."]
     lines += ["Without trainbox the job waits in gloo's all-reduce until its 30-minute timeout.", ""]
     return "\n".join(lines)
 
