@@ -72,7 +72,9 @@ def test_paths_and_numbered_paths_resolve_under_the_root(tmp_path: Path) -> None
 
 def test_no_module_spells_a_run_directory_file_name_itself() -> None:
     """Every run-directory path in code goes through RunDir: no file name of it as a string, no folder of it joined."""
-    parts = {part for path, _ in RunDir.entries() + IncidentDir.entries() + JobDir.entries() for part in path.strip("/").split("/")}
+    parts = {
+        part for path, _ in RunDir.entries() + IncidentDir.entries() + JobDir.entries() for part in path.strip("/").split("/")
+    }
     files = sorted(p for p in parts if "." in p and "<" not in p)
     # "train" is also the source folder's name (bench/images.py edits train/__init__.py): only its files are checked.
     folders = sorted(p for p in parts if "." not in p and "<" not in p and p != "train")
