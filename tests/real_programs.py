@@ -56,8 +56,8 @@ def hf_command(work: Path) -> List[str]:
 
 
 def hf_argparse_command(work: Path) -> List[str]:
-    """The Trainer script with its own argparse, 40 steps, ``checkpoint-N`` every 10 steps in ``work/out``."""
-    return [PYTHON, str(PROGRAMS / "hf_argparse_trainer.py"), "--output_dir", str(work / "out"), "--max_steps", "40"]
+    """The Trainer script with its own argparse, 20 steps, ``checkpoint-N`` every 10 steps in ``work/out``."""
+    return [PYTHON, str(PROGRAMS / "hf_argparse_trainer.py"), "--output_dir", str(work / "out"), "--max_steps", "20"]
 
 
 def lightning_command(work: Path) -> List[str]:
