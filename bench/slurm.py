@@ -35,6 +35,7 @@ from common import REPO, machine, summary, write_results
 sys.path.insert(0, str(REPO))
 from tests.slurm import jobs  # noqa: E402
 from tests.slurm.cluster import Cluster, missing  # noqa: E402
+from trainbox.rundir.layout import JobDir, RunDir  # noqa: E402
 
 #: 256 samples, batches of 16, two ranks: 8 steps per rank and epoch, the checkpoint interval.
 PROGRAM = ["--samples", "256"]
@@ -63,7 +64,7 @@ def work_lost(root: Path, at: Any) -> Optional[int]:
     """Steps trained again: where the hung rank was (its stall's place, ``epoch E batch B``) minus where the program
     itself says it went on from (its resume line, ``resumed from ... at epoch N``, in node 0's next attempt)."""
     place = re.search(r"epoch (\d+) batch (\d+)", str(at))
-    log = (root / "node-0" / "logs" / "attempt-1.log").read_text(errors="replace")
+    log = RunDir(JobDir(root).node(0)).attempt_log(1).read_text(errors="replace")
     resumed = re.search(r"resumed from \S+ at epoch (\d+)", log)
     if place is None or resumed is None:
         return None
@@ -73,12 +74,12 @@ def work_lost(root: Path, at: Any) -> Optional[int]:
 def measured(hung: Dict[str, Any]) -> Dict[str, Any]:
     """What a hung round's directories say: detection per node, the verdict, the restart, the work lost."""
     root: Path = hung["root"]
-    verdict = json.loads((root / "incident.json").read_text())
+    verdict = json.loads(JobDir(root).incident.read_text())
     first = verdict.get("first_silent") or {}
     hang_ts = first.get("last_progress_ts")
     stalls, restarts = {}, []
     for node in (0, 1):
-        events = jobs.events(root / f"node-{node}")
+        events = jobs.events(JobDir(root).node(node))
         stall = next(e for e in events if e["event"] == "stall")
         stalls[node] = stall["silent_s"]
         restarts.append(next(e["ts"] for e in events if e["event"] == "start" and e.get("attempt") == 1))

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Callable, List, NoReturn, Optional, Sequence, Tuple
 
 from trainbox import errors
-from trainbox.atomic import write_text_atomic
 from trainbox.doctor import cli as doctor_cli
 from trainbox.errors import ExitCode, UserError
 from trainbox.job import incident as job_incident
 from trainbox.rundir import exit_record, layout, owner
-from trainbox.rundir.layout import JobDir, RunDir
+from trainbox.rundir.layout import RunDir
 from trainbox.slurm import env as slurm_env
 from trainbox.slurm import step as slurm_step
 from trainbox.supervise.planner import Launch, Planner
@@ -389,9 +388,7 @@ def _report(args: argparse.Namespace) -> int:
     if not args.run_dir.is_dir():  # not the run directory: its root, the user's own path
         raise UserError(f"RUN_DIR {args.run_dir} is not a directory: give the folder a run wrote (`run --run-dir`)")
     if job_view.is_job(args.run_dir):  # a job of several nodes: its table, linking to each node's own report
-        out = args.out or JobDir(args.run_dir).report
-        write_text_atomic(out, job_view.html_page(args.run_dir))
-        print(out)
+        print(job_view.write(args.run_dir, args.out))
         return 0
     try:
         print(html_report.write(args.run_dir, args.out, deadline))

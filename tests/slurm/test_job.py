@@ -15,6 +15,7 @@ from pathlib import Path
 from tests.paths import REPO
 from tests.slurm import jobs
 from tests.slurm.cluster import Cluster
+from trainbox.rundir.layout import JobDir
 
 #: Two nodes, a hang found at 10 s of silence on each, both torchruns started again and two small epochs: about a
 #: minute here; the bound is for a loaded CI machine.
@@ -30,10 +31,10 @@ def test_a_rank_hung_on_the_second_node_is_named_and_the_whole_job_resumes(slurm
     job = slurm_cluster.sbatch(script)
     fields = slurm_cluster.wait_state(job, ("COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT"), FINISHES_S)
     out = jobs.output(tmp_path, job)
-    root = jobs.job_dir(tmp_path, job)
+    root = JobDir(jobs.job_dir(tmp_path, job))
     assert fields.get("JobState") == "COMPLETED" and "srun: 0" in out, (fields, out[-4000:])
 
-    verdict = json.loads((root / "incident.json").read_text())
+    verdict = json.loads(root.incident.read_text())
     first = verdict["first_silent"]
     assert first is not None and first["node"] == 1 and first["doing"].endswith("hang_sleep"), verdict
     assert verdict["nodes"] == [0, 1], "both nodes reported the stall"
@@ -41,13 +42,13 @@ def test_a_rank_hung_on_the_second_node_is_named_and_the_whole_job_resumes(slurm
     assert waiting and all(r["waiting"] for r in waiting), "node 0's rank waits for it in DDP's all-reduce"
 
     for node in (0, 1):
-        kinds = jobs.kinds(root / f"node-{node}")
+        kinds = jobs.kinds(root.node(node))
         assert kinds[0] == "start" and "stall" in kinds and kinds[-1] == "exit", (node, kinds)
-        assert jobs.events(root / f"node-{node}")[-1]["code"] == 0
+        assert jobs.events(root.node(node))[-1]["code"] == 0
     assert out.count("resumed from") >= 2 and out.count("epoch 1 loss") >= 2, out[-4000:]
 
     shown = subprocess.run(
-        [sys.executable, "-m", "trainbox", "status", "--run-dir", str(root)], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-m", "trainbox", "status", "--run-dir", str(root.root)], capture_output=True, text=True, cwd=REPO
     )
     rows = {line.split()[0]: line for line in shown.stdout.splitlines()[3:5]}
     assert set(rows) == {"0", "1"} and all("exit 0" in row for row in rows.values()), shown.stdout

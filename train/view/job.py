@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from trainbox.atomic import atomic_writer
+from trainbox.errors import UserError
 from trainbox.rundir.layout import JobDir, RunDir
 from trainbox.rundir.records import rank_files
 from trainbox.view import status
@@ -142,3 +144,17 @@ def html_page(directory: Path, now: Optional[float] = None) -> str:
         f"<h1>{html.escape(header(job))}</h1><table><tr>{head}</tr>{''.join(body)}</table>"
         + (f"<p>{html.escape(found)}</p>" if found else "")
     )
+
+
+def write(directory: Path, out: Optional[Path] = None) -> Path:
+    """Write the job's page to ``out`` (default ``JOB/report.html``) atomically; return its path."""
+    job = JobDir(directory)
+    page = html_page(directory).encode("utf-8", "replace")
+    if out is not None:
+        with atomic_writer(out) as handle:  # not the run directory: the user's own --out path
+            handle.write(page)
+        return Path(out)
+    refused = job.files.replace(job.report, page)
+    if refused is not None:
+        raise UserError(f"{refused.line(job.report)}: no report written there; give another place with --out")
+    return job.report
