@@ -21,6 +21,7 @@ from typing import List
 import pytest
 
 from tests.hosts import h100_host, host_copy  # noqa: F401  (fixtures for every folder that reads recorded host trees)
+from tests.supervised import end_started
 
 #: The suite runs four workers on two cores, and each torch process a test starts has intra-op threads of its own. By
 #: default libgomp's idle threads spin while they wait for work: oversubscribed, the spinning takes the cores the other
@@ -65,3 +66,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
     if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which must run every test: {report.longrepr}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The supervisors tests started in the background end with the session, an interrupted one too (Ctrl-C): a
+    module fixture's runs (tests/supervise/pace) would otherwise train on, re-parented to PID 1."""
+    end_started()

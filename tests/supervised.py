@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.paths import REPO
+from trainbox.system import proctree
 from trainbox.yolo.demo_data import Images
 
 
@@ -76,9 +77,50 @@ def cli_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return full_env
 
 
+#: The processes tests started in the background (:func:`spawn`): each leads a process group that :func:`end_started`
+#: ends when the test session ends, however it ends (a Ctrl-C included: tests/conftest.py), and the kernel kills each
+#: one if the process that started it dies first.
+STARTED: List[subprocess.Popen] = []
+#: How long a started supervisor has after SIGTERM to stop its run (its --grace included) before its group is killed.
+END_GRACE_S = 15.0
+
+
+def spawn(argv: Sequence[str], new_session: bool = False, **popen: Any) -> subprocess.Popen:
+    """Start ``argv`` in the background in a process group of its own (a session of its own with ``new_session``),
+    ended with the test session (see :data:`STARTED`)."""
+    tie = proctree.die_with_parent()
+
+    def own_group() -> None:
+        if not new_session:
+            os.setpgid(0, 0)
+        tie()
+
+    process = subprocess.Popen(list(argv), start_new_session=new_session, preexec_fn=own_group, **popen)
+    STARTED.append(process)
+    return process
+
+
+def end_started() -> List[int]:
+    """End every process :func:`spawn` started that still runs, with its group: SIGTERM (a supervisor stops its run),
+    then SIGKILL after :data:`END_GRACE_S`; the pids that were running."""
+    running = [process for process in STARTED if process.poll() is None]
+    for process in running:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + END_GRACE_S
+    for process in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    STARTED.clear()
+    return [process.pid for process in running]
+
+
 def start_cli(args: Sequence[str], env: Optional[Dict[str, str]] = None, stderr: Any = None) -> subprocess.Popen:
-    """Start ``python -m trainbox ARGS`` in the background (the test signals or waits for it)."""
-    return subprocess.Popen([sys.executable, "-m", "trainbox", *args], env=cli_env(env), cwd=REPO, stderr=stderr)
+    """Start ``python -m trainbox ARGS`` in the background (the test signals or waits for it; :func:`spawn`)."""
+    return spawn([sys.executable, "-m", "trainbox", *args], env=cli_env(env), cwd=REPO, stderr=stderr)
 
 
 def train_cli(

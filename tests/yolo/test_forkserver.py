@@ -4,6 +4,8 @@ bench/loader.py's and bench/gpu.py's to measure, never a test's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, List
 
@@ -11,6 +13,7 @@ import psutil
 import pytest
 import torch
 
+from tests.supervised import REPO, wait_for
 from trainbox.yolo import forkserver, loader
 from trainbox.yolo.position import Position
 
@@ -65,3 +68,57 @@ def test_forkserver_workers_load_what_spawned_ones_and_the_training_process_load
     for name, batches in runs.items():
         assert [files for files, _ in batches] == [files for files, _ in reference], name
         assert all(torch.equal(mine, theirs) for (_, mine), (_, theirs) in zip(batches, reference)), name
+
+
+#: A training process that starts trainbox's forkserver and loads through its workers, run without a supervisor.
+SERVED = """\
+import sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+from trainbox.yolo import forkserver
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100000
+
+    def __getitem__(self, index):
+        time.sleep(0.01)
+        return torch.zeros(4)
+
+if __name__ == "__main__":
+    forkserver.start()
+    for step, batch in enumerate(DataLoader(Slow(), batch_size=4, num_workers=2, multiprocessing_context="forkserver")):
+        print(f"step {step}", flush=True)
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.training
+def test_the_forkserver_its_workers_and_the_tracker_die_with_a_training_process_killed_by_sigkill(tmp_path: Path) -> None:
+    """The server watched nothing and its workers watched only the server, which a worker kept alive: an OOM kill of
+    the training process left four processes running for ever. Tied, none is left after 30 s."""
+    program = tmp_path / "served.py"
+    program.write_text(SERVED)
+    training = subprocess.Popen([sys.executable, str(program)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    tree: List[psutil.Process] = []
+    try:
+        assert training.stdout is not None
+        for line in training.stdout:  # Ultralytics' import may say a word first
+            if line.startswith("step"):
+                break
+        tree = psutil.Process(training.pid).children(recursive=True)
+        assert len(tree) >= 4, [p.cmdline() for p in tree]  # the resource tracker, the server and its two workers
+        training.kill()
+        training.wait(timeout=10)
+        wait_for(lambda: not [p for p in tree if _alive(p)], 30, "its tree to end")
+    finally:
+        for process in [psutil.Process(training.pid), *tree] if training.poll() is None else tree:
+            if _alive(process):
+                process.kill()
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

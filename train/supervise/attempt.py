@@ -2,8 +2,8 @@
 
 Shaped after torchelastic's ``PContext``: ``with Attempt(...) as attempt:`` starts the command in a session of its
 own (so its whole tree can be found and ended), tied to the supervisor's life (it dies with the supervisor,
-:func:`trainbox.system.proctree.die_with_parent`), with its output drained into the attempt's log
-(:class:`~trainbox.supervise.output.reader.OutputTee`) and its progress followed
+:func:`trainbox.system.proctree.die_with_parent`, and so does all of its session, :mod:`trainbox.system.guard`),
+with its output drained into the attempt's log (:class:`~trainbox.supervise.output.reader.OutputTee`) and its progress followed
 (:class:`~trainbox.supervise.output.source.ProgressSource`: its beats per rank, else the counters its output
 shows). Leaving the block ends the whole tree and reaps its root, so an exception in the loop (a full disk, a bug)
 never leaves a training process behind.
@@ -39,7 +39,7 @@ from trainbox.supervise.planner import Launch
 from trainbox.supervise.record import Record
 from trainbox.supervise.stalls.budgets import BudgetPolicy
 from trainbox.supervise.stalls.silence import Limits, SilenceWatch
-from trainbox.system import proctree
+from trainbox.system import guard, proctree
 
 #: How long the killed child may take to be reaped once its whole tree is gone (normally microseconds;
 #: longer means the kernel holds it, and waiting on would hang the supervisor).
@@ -137,10 +137,12 @@ class Attempt:
         #: The GPUs' used memory before the child starts: what a gpu_wait retry waits to get back to in a container.
         self.gpu_before_mib = gpu_release.baseline()
         self.started = time.monotonic()
+        guard.GUARD.start()  # before the child: the guard is never taken for an orphan of its tree
         try:
             self.proc, output = start(self.launch.argv, self.env)
         except OSError as exc:
             raise CannotStart(exc.strerror or str(exc)) from exc
+        guard.GUARD.hold(self.proc.pid)  # its session: what it starts ends with the supervisor, however it dies
         counters = OutputProgress(self.patterns, floor_s=self.launch.stall_timeout)
         try:
             self.tee = OutputTee(output, self.run_dir.files, self.run_dir.attempt_log(self.number), self.echo, counters)
@@ -179,6 +181,7 @@ class Attempt:
                     self.proc.wait(timeout=REAP_S)
                 except subprocess.TimeoutExpired:
                     raise proctree.stuck([self.proc.pid]) from None
+                guard.GUARD.release(self.proc.pid)
             finally:
                 self.ended = True  # found stuck or gone: nothing more can be done to it
         return result

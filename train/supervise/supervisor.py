@@ -16,7 +16,8 @@ trees leave out.
 What the supervisor must survive, and how:
 
 * another supervisor on the same directory: :mod:`trainbox.rundir.lock` refuses it;
-* its own death: the child dies with it (:func:`trainbox.system.proctree.die_with_parent`);
+* its own death: the child dies with it (:func:`trainbox.system.proctree.die_with_parent`), and the rest of the
+  attempt's session with its guard (:mod:`trainbox.system.guard`: a forkserver, its workers, the resource tracker);
 * its own hang: it promises ``health`` a fresh ``state.json`` and declares longer
   work beforehand; ``health --act`` ends it when it breaks that promise
   (:mod:`trainbox.supervise.watchdog`, :mod:`trainbox.supervise.health`);

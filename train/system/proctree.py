@@ -17,7 +17,8 @@ And two keep the tree from outliving the supervisor or hanging it:
 * :func:`die_with_parent` arms ``PR_SET_PDEATHSIG`` in the child before it
   execs, so a supervisor killed with SIGKILL (the OOM killer, a dropped SSH
   session's kill) takes its child along instead of leaving it training
-  unsupervised;
+  unsupervised (and :mod:`trainbox.system.guard` ends the rest of its session:
+  a forkserver, its workers, the resource tracker);
 * a process that outlives SIGKILL is stuck in the kernel (state D, as in a hung
   GPU driver): :func:`stuck` describes it for the one line that asks for a reboot.
 """
@@ -34,7 +35,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tup
 import psutil
 
 from trainbox.errors import Stuck
-from trainbox.system import gpu_state
+from trainbox.system import gpu_state, guard
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
@@ -70,6 +71,35 @@ def die_with_parent() -> Callable[[], None]:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return arm
+
+
+#: The pid of the process that forks right now, as :func:`tie_to_parent`'s hook in the child sees it (a copy).
+_forking_parent = 0
+
+
+def _note_parent() -> None:
+    global _forking_parent
+    _forking_parent = os.getpid()
+
+
+def tie_to_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent's thread that started it ends, and each process it forks
+    from now on (and they in turn) when the one that forked it ends.
+
+    For a process trainbox starts inside a training process without exec'ing it (the forkserver,
+    :mod:`trainbox.yolo.forkserver_tie`): its DataLoader workers watch only the forkserver, which lives as long as
+    a worker holds its pipe, so neither would ever end after the training process died. A child whose parent died
+    between its fork and its ``prctl`` is orphaned already, and kills itself.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != _forking_parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.register_at_fork(before=_note_parent, after_in_child=arm)
 
 
 #: Whether the kernel lists each thread's children (``/proc/PID/task/TID/children``, CONFIG_PROC_CHILDREN).
@@ -219,13 +249,13 @@ class ProcessTree:
     def _adopted_orphans(self) -> Iterable[psutil.Process]:
         """Our children other than the root, started after it: descendants re-parented to us, the subreaper.
 
-        The supervisor starts nothing else that outlives a call, except a
+        The supervisor starts nothing else that outlives a call, except its guard (:mod:`trainbox.system.guard`), a
         diagnostic tool it gave up on (a ``rocm-smi`` hung in the driver,
         :func:`trainbox.system.gpu_state.abandoned`) and the notifiers (``foreign_groups``), which are
         not part of any tree; every other child of ours that started after the root came from this tree.
         (A process that embeds the supervisor, such as the test suite, may have older children of its own: not ours.)
         """
-        own_tools = gpu_state.abandoned()
+        own_tools = gpu_state.abandoned() | guard.GUARD.pids()
         try:
             later = [
                 p

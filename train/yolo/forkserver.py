@@ -19,6 +19,11 @@ torch initialises CUDA or HIP at the first device call, never at import, so no G
 (``ultralytics/__init__.py``), before the server starts: numpy's BLAS then starts no thread pool in the server,
 and the server forks from a single thread. A module that fails to import there is skipped by Python's forkserver;
 the worker then imports it itself, as a spawn-started one would.
+
+The server is started by the training process's main thread (the thread whose end kills it: the runner, or the
+trainer in a DDP rank), and it and its workers die with that process however it dies
+(:mod:`trainbox.yolo.forkserver_tie`); under ``supervise``, everything in the attempt's session also ends with the
+supervisor (:mod:`trainbox.system.guard`).
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ from multiprocessing import forkserver
 from typing import Sequence
 
 #: What a training or validation worker unpickles and runs: torch, Ultralytics' datasets and augmentations,
-#: trainbox's loader pieces (worker init, per-sample seeds, heartbeats for the stack-dump handler).
+#: trainbox's loader pieces (worker init, per-sample seeds, heartbeats for the stack-dump handler); first, the module
+#: that ties the server to the training process and each worker to the server (they end when it dies, by any signal).
 PRELOAD = (
+    "trainbox.yolo.forkserver_tie",
     "torch",
     "ultralytics.data.dataset",
     "ultralytics.data.augment",

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from tests.supervised import REPO, cli_env, faulty_child, memory_cgroup, read_events
+from tests.supervised import REPO, cli_env, faulty_child, memory_cgroup, read_events, spawn
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import read_samples
 
@@ -171,9 +171,7 @@ def _start(scenario: Scenario, base: Path) -> None:
     # A session of its own, as from a terminal of its own: where the kernel shares a CPU between sessions first
     # (CONFIG_SCHED_AUTOGROUP, see HOGS), the run is not one process among the test workers' many in pytest's session,
     # whose load (Ultralytics training, image builds) then comes and goes in bursts that no baseline can learn.
-    scenario.process = subprocess.Popen(
-        [*argv, "--", *scenario.child], env=cli_env(env), cwd=REPO, stdout=log, stderr=log, start_new_session=True
-    )
+    scenario.process = spawn([*argv, "--", *scenario.child], new_session=True, env=cli_env(env), cwd=REPO, stdout=log, stderr=log)
 
 
 @contextlib.contextmanager
