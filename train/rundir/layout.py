@@ -158,6 +158,11 @@ class Numbered(Documented):
 class _Layout:
     root: Path
 
+    @property
+    def files(self) -> RunFiles:
+        """The safe file operations of this directory (:mod:`trainbox.rundir.safe`): how its paths are used."""
+        return RunFiles(self.root)
+
     @classmethod
     def entries(cls) -> List[Tuple[str, str]]:
         """(path as documented, what it holds) for every entry, in declaration order."""
@@ -243,11 +248,6 @@ class RunDir(_Layout):
         "in a trainbox container: the run's real exit status (see [Containers](#containers), restarts)",
     )
 
-    @property
-    def files(self) -> RunFiles:
-        """The safe file operations of this run directory (:mod:`trainbox.rundir.safe`): how its paths are used."""
-        return RunFiles(self.root)
-
     def incident(self, session: int, attempt: int) -> IncidentDir:
         """The stall report of ``attempt`` of the supervisor session ``session`` (see :meth:`new_session`)."""
         return IncidentDir(self.incident_dir(session, attempt))
@@ -302,11 +302,6 @@ class JobDir(_Layout):
     def _folder(self, name: str) -> bool:
         found = self.files.stat(self.root / name).value
         return found is not None and stat.S_ISDIR(found.st_mode)
-
-    @property
-    def files(self) -> RunFiles:
-        """The safe file operations of the job directory (:mod:`trainbox.rundir.safe`)."""
-        return RunFiles(self.root)
 
 
 def program_start(argv: Sequence[str]) -> int:
