@@ -12,6 +12,7 @@ import pytest
 
 from tests.supervised import train_cli
 from trainbox import heartbeat
+from trainbox.errors import ExitCode
 from trainbox.supervise.stalls.budgets import Budget, BudgetPolicy
 
 CHILD = """
@@ -123,7 +124,7 @@ def test_garbage_alone_runs_out_the_startup_budget(tmp_path: Path) -> None:
         ],
         tmp_path,
     )
-    assert result.code == 1, result.stderr
+    assert result.code == ExitCode.HUNG, result.stderr
     assert [e["budget"] for e in result.of("stall")] == ["startup"]
 
 

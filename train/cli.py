@@ -258,8 +258,9 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
         stall_given=STALL_TIMEOUT.dest in given_options(args),
     )
     settings = _settings(args)
+    step = None
     if args.slurm or slurm_env.in_job_step(os.environ):
-        launch = _slurm_step(args, launch)
+        launch, step = _slurm_step(args, launch)
     _place(args, layout.command_name(command))
     planner = _command_planner(args, launch, settings)
     resumer = Resumer(settings, args.run_dir, 0.0)
@@ -268,17 +269,18 @@ def _supervise(args: argparse.Namespace, command: List[str]) -> int:
     offline_advice = offline.advice(command, os.environ)
     if offline_advice is not None:
         errors.say(offline_advice)
-    return Supervisor(_spec(args, planner, settings)).run()
+    supervisor = Supervisor(_spec(args, planner, settings))
+    return supervisor.run() if step is None else step.supervise(supervisor.run)
 
 
-def _slurm_step(args: argparse.Namespace, launch: Launch) -> Launch:
+def _slurm_step(args: argparse.Namespace, launch: Launch) -> Tuple[Launch, slurm_step.Step]:
     """Place this node's run in the Slurm job's directory (``args.run_dir``); the launch with the job's rendezvous."""
     if args.resume:
         raise UserError("--resume is for runs on one machine: a Slurm job goes on with its own run when it is requeued")
     given = args.run_dir if args.run_dir is not None else (Path(RUNS_DIR) / args.name if args.name else None)
     step = slurm_step.prepare(launch.argv, layout.command_name(launch.argv), given, Path(RUNS_DIR), os.environ)
     args.run_dir = step.run_dir
-    return dataclasses.replace(launch, env={**launch.env, **step.child_env})
+    return dataclasses.replace(launch, env={**launch.env, **step.child_env}), step
 
 
 def _command_planner(args: argparse.Namespace, launch: Launch, settings: SupervisorSettings) -> Planner:

@@ -32,8 +32,9 @@ class ExitCode(IntEnum):
 
     #: The run completed (or the command did what it was asked).
     OK = 0
-    #: The supervisor spent its restart budget, or its predecessors hung too often (:mod:`trainbox.supervise.watchdog`);
-    #: or a check found a problem (``doctor``, ``health``, ``verify``).
+    #: The supervisor gave up on the program's own failure: the same crash again, its restart budget spent on crashes,
+    #: no progress it could read; or its predecessors hung too often (:mod:`trainbox.supervise.watchdog`); or a check
+    #: found a problem (``doctor``, ``health``, ``verify``). Running it again as it is will not help.
     GAVE_UP = 1
     #: Bad input: what was asked cannot be done as asked. Nothing was started or changed.
     USAGE = 2
@@ -43,13 +44,21 @@ class ExitCode(IntEnum):
     DISK_FULL = 4
     #: A process of the run survived SIGKILL (stuck in the kernel, D state, as in a hung GPU driver): reboot.
     STUCK = 5
+    #: The supervisor gave up on a hang (or a slowdown) that came back after its restarts: the program made progress
+    #: before, so the machine may be at fault, and running the job again elsewhere (a requeue) may help.
+    HUNG = 6
+    #: Stopped at a checkpoint on the scheduler's warning before its time limit (Slurm's ``--signal``): started again
+    #: (requeued), the run goes on from that checkpoint. sysexits.h's EX_TEMPFAIL, "try again later".
+    INTERRUPTED = 75
 
     @staticmethod
     def is_final(code: int) -> bool:
-        """Whether a command that *returned* ``code`` reached an outcome that running it again cannot change:
-        completed, restart budget spent, bad input, misconfigured, a full disk and a process stuck in the kernel
-        (both need a person first). A crash of the command itself (an uncaught exception exits 1 without
-        returning; a kill is 128+N) is not final: a container engine may retry it (:mod:`trainbox.rundir.exit_record`)."""
+        """Whether a command that *returned* ``code`` reached an outcome that running it again on this machine cannot
+        change: completed, gave up (on crashes or on hangs: the supervisor already restarted it), bad input,
+        misconfigured, a full disk and a process stuck in the kernel (both need a person first). A crash of the
+        command itself (an uncaught exception exits 1 without returning; a kill is 128+N) is not final: a container
+        engine may retry it (:mod:`trainbox.rundir.exit_record`); nor is a stop on the scheduler's warning, which is
+        there to be started again."""
         return code in (
             ExitCode.OK,
             ExitCode.GAVE_UP,
@@ -57,6 +66,7 @@ class ExitCode(IntEnum):
             ExitCode.MISCONFIGURED,
             ExitCode.DISK_FULL,
             ExitCode.STUCK,
+            ExitCode.HUNG,
         )
 
     @staticmethod

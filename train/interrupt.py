@@ -29,6 +29,10 @@ from trainbox.errors import ExitCode
 #: The signals that mean "stop", to the host's tasks and to the supervisor alike: a terminal's Ctrl-C,
 #: ``kill``/``docker stop``, a closed terminal.
 STOP_SIGNALS: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: A scheduler's warning before its time limit (``sbatch --signal=USR2@120``): "stop at the next checkpoint", for the
+#: supervisor (:mod:`trainbox.slurm.warning`). Its child starts with it ignored: a scheduler sends it to every process
+#: of the job, and its default action would kill a rank that has no handler of its own.
+WARNING_SIGNAL = signal.SIGUSR2
 
 
 class StopRequested(BaseException):

@@ -5,8 +5,9 @@ host, each on a port of its own. Everything lives in one temporary folder: the c
 the controller's state, each node's spool and every log, so the cluster touches nothing of the machine's own set-up
 (``/etc/slurm``, ``/etc/munge`` and the system's munged are left alone). Processes are tracked by ``linuxproc`` and
 no task plugin binds them (no cgroups here); each node has one CPU, so one task a node. ``JobRequeue=1`` makes a
-batch job requeueable by default, and ``SlurmdTimeout`` is short so that a killed ``slurmd`` (a lost node) is
-noticed in seconds, not minutes.
+batch job requeueable by default, ``SlurmdTimeout`` is short so that a killed ``slurmd`` (a lost node) is
+noticed in seconds, not minutes, and a requeued job starts again after about 10 s instead of 2 minutes
+(``cred_expire``, and the scheduler's pass every 2 s instead of every 60).
 
 The client commands (``sbatch``, ``scontrol``, ``squeue``, ``srun`` inside a job) find this cluster through
 ``SLURM_CONF``, which :attr:`Cluster.env` carries; a batch job inherits it (``sbatch`` exports the environment).
@@ -31,6 +32,8 @@ NODES = ("n1", "n2")
 #: A node that stops answering is DOWN after this many seconds (Slurm's minimum sensible value is a few seconds; the
 #: controller pings every SlurmdTimeout/3).
 SLURMD_TIMEOUT_S = 10
+#: A requeued job waits this long before it starts again (Slurm's job credential lifetime, 120 s by default).
+CRED_EXPIRE_S = 10
 #: How long the daemons get to come up, on a machine whose two cores are shared with other tests.
 START_S = 60.0
 
@@ -43,7 +46,7 @@ SlurmUser={user}
 SlurmdUser={user}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge/munge.socket
+AuthInfo=socket={root}/munge/munge.socket,cred_expire={cred_expire}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
@@ -57,13 +60,14 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 MpiDefault=none
 JobRequeue=1
 ReturnToService=2
 SlurmdTimeout={slurmd_timeout}
 SlurmctldTimeout=10
 MessageTimeout=5
-KillWait=5
+KillWait=30
 InactiveLimit=0
 MinJobAge=600
 SlurmdParameters=config_overrides
@@ -130,6 +134,7 @@ class Cluster:
                 user=_user(),
                 root=self.root,
                 slurmd_timeout=SLURMD_TIMEOUT_S,
+                cred_expire=CRED_EXPIRE_S,
                 nodes=nodes,
                 node_names=",".join(NODES),
             )
@@ -167,6 +172,9 @@ class Cluster:
 
     def scontrol(self, *words: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["scontrol", *words], env=self.env, capture_output=True, text=True, timeout=30)
+
+    def scancel(self, *words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["scancel", *words], env=self.env, capture_output=True, text=True, timeout=30)
 
     def states(self) -> Dict[str, str]:
         """Each node's state, as ``sinfo -N`` prints it (``idle``, ``alloc``, ``down*``...)."""

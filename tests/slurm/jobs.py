@@ -2,7 +2,8 @@
 
 The program is examples/plain_pytorch.py as a user runs it (DDP over gloo on the CPU, a checkpoint each epoch), with
 one rank per node, its checkpoint in the job's directory (the one file every node sees) and a few small epochs. The
-script keeps srun's status and, like the documented sbatch file, each node's own status in the job's output.
+script says srun's status and, as the documented sbatch file does, requeues the job on the statuses a requeue may
+help (examples/slurm/train.sbatch).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 def supervised(
     folder: Path,
     epochs: int = 2,
+    samples: int = 64,
     supervise: Sequence[str] = ("--stall-timeout", "60"),
     program: Sequence[str] = (),
     sbatch: Sequence[str] = ("--nodes=2",),
@@ -30,16 +32,18 @@ def supervised(
     """Write ``folder/job.sh``: the supervised job, run in ``folder`` (its runs/ is the job's)."""
     command = [sys.executable, "-m", "trainbox", "supervise", *supervise, "--"]
     command += [TORCHRUN, "--nnodes", "$SLURM_NNODES", "--nproc-per-node", "1", "--max-restarts", "3", str(EXAMPLE)]
-    command += ["--epochs", str(epochs), "--samples", "64", "--batch", "16", "--workers", "0"]
+    command += ["--epochs", str(epochs), "--samples", str(samples), "--batch", "16", "--workers", "0"]
     command += ["--checkpoint", "runs/plain_pytorch-$SLURM_JOB_ID/plain.pt", *program]
     words = " ".join(w if w.startswith(("$", "runs/")) else shlex.quote(w) for w in command)
     script = folder / "job.sh"
-    header = "".join(f"#SBATCH {option}\n" for option in (*sbatch, f"--output={folder}/slurm-%j.out"))
+    header = "".join(f"#SBATCH {option}\n" for option in (*sbatch, f"--output={folder}/slurm-%j.out", "--open-mode=append"))
     header += "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
     script.write_text(
         f"#!/bin/bash\n{header}cd {shlex.quote(str(folder))}\n"
         f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 {words}\n"
-        'echo "srun: $?"\n'
+        'status=$?\necho "srun: $status (restart ${SLURM_RESTART_COUNT:-0})"\n'
+        'case "$status" in 5|6|75) scontrol requeue "$SLURM_JOB_ID" ;; esac\n'
+        'exit "$status"\n'
     )
     return script
 

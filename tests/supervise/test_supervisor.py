@@ -157,7 +157,7 @@ def test_restart_budget_spent_gives_up_with_a_summary(tmp_path: Path) -> None:
     options = [*FAST, "--max-restarts", "1"]
     result = supervise(tmp_path, "sleep@step,step=2", options=options)
 
-    assert result.code == 1
+    assert result.code == ExitCode.HUNG, "a hang that came back: another machine may not have it"
     assert result.kinds() == ["start", "stall", "restart", "start", "stall", "give_up", "exit"]
     assert "giving up after 2 attempts" in result.stderr
     assert "incidents" in result.stderr
@@ -187,7 +187,7 @@ def test_declared_phase_budget_runs_out(tmp_path: Path) -> None:
     stall = result.of("stall")[0]
     assert stall["budget"] == "phase:slow" and stall["budget_s"] == 1
     assert stall["phase"] == "slow"
-    assert result.code == 1
+    assert result.code == ExitCode.HUNG
 
 
 def test_silent_start_runs_out_the_startup_budget(tmp_path: Path) -> None:

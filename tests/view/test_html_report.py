@@ -24,6 +24,7 @@ import pytest
 from PIL import Image, ImageStat
 
 from tests.supervised import REPO, Finished, faulty_child, train_cli
+from trainbox.errors import ExitCode
 from trainbox.rundir.events import EVENTS
 from trainbox.rundir.layout import IncidentDir, RunDir
 from trainbox.view import html_report, runview
@@ -277,7 +278,7 @@ def test_a_directory_supervised_twice_is_one_run(tmp_path: Path) -> None:
     first = train_cli(
         ["supervise", "--run-dir", str(run_dir), *OPTIONS, "--max-restarts", "0", "--", *epochs_child()], run_dir, env
     )
-    assert first.code == 1, first.stderr
+    assert first.code == ExitCode.HUNG, first.stderr
     calm = {"TRAIN_HEARTBEAT_INTERVAL": "0.01"}  # attempts count from 0 again: the fault would fire again
     second = train_cli(["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", *epochs_child()], run_dir, calm)
     assert second.code == 0 and second.kinds() == ["start", "stall", "give_up", "exit", "start", "exit"], second.stderr

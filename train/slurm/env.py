@@ -157,4 +157,3 @@ def torchrun_env(job: SlurmJob, address: str, environ: Mapping[str, str]) -> Dic
         "PET_RDZV_ID": f"slurm-{job.job_id}",
     }
     return {name: value for name, value in defaults.items() if name not in environ}
-

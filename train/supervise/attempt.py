@@ -13,6 +13,8 @@ The child's stdout and stderr are a pseudo-terminal of the supervisor's own wind
 and tqdm, rich and Ultralytics draw their bars, which the output reader then reads. Where no terminal can be made
 it gets a pipe, with ``PYTHONUNBUFFERED=1`` (set either way) so Python children still print each line as it comes.
 stdin stays ``/dev/null``: a child that prompts reads EOF and fails at once instead of waiting for a person.
+It starts with a scheduler's warning signal ignored (:data:`trainbox.interrupt.WARNING_SIGNAL`): that is its
+supervisor's to act on, and Slurm sends it to every process of the job.
 
 A process that outlives SIGKILL (D state in a hung driver) cannot be waited for: :meth:`Attempt.end_tree` raises
 :class:`~trainbox.errors.Stuck` instead of hanging the supervisor, and a tree found stuck is not tried again on
@@ -22,12 +24,13 @@ the way out.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from typing import IO, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from trainbox import heartbeat
+from trainbox import heartbeat, interrupt
 from trainbox.errors import Stuck, say
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise import gpu_release, ranks
@@ -71,6 +74,16 @@ def child_env(run_dir: RunDir, attempt: int, launch: Launch, environ: Mapping[st
     return env
 
 
+def _preexec(arm: Callable[[], None]) -> Callable[[], None]:
+    """``arm`` (the death signal), and the scheduler's warning ignored: it is the supervisor's (trainbox.interrupt)."""
+
+    def preexec() -> None:
+        signal.signal(interrupt.WARNING_SIGNAL, signal.SIG_IGN)
+        arm()
+
+    return preexec
+
+
 def start(argv: Sequence[str], env: Mapping[str, str]) -> Tuple[subprocess.Popen, IO[bytes]]:
     """Start ``argv`` on a pseudo-terminal (else a pipe) in a session of its own; the process and its output.
 
@@ -86,7 +99,7 @@ def start(argv: Sequence[str], env: Mapping[str, str]) -> Tuple[subprocess.Popen
             stdout=subprocess.PIPE if pair is None else pair[1],
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=proctree.die_with_parent(),
+            preexec_fn=_preexec(proctree.die_with_parent()),
         )
     except BaseException:
         for fd in pair or ():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
+from trainbox.errors import ExitCode
 from trainbox.interrupt import signal_name
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
@@ -46,6 +47,14 @@ def stopped_line(
     where = f"at {place}" if place else "before any progress"
     go_on = f"; to go on with it: {resume}" if resume else ""
     return f"{signal_name(signum)}: {what}; the run in {run_dir.root} is {where}{go_on}"
+
+
+def gave_up_code(last: Outcome, reason: str) -> ExitCode:
+    """The status of a run that gave up after ``last``: :attr:`ExitCode.HUNG` when it was a stall (or a slowdown) that
+    came back, which another machine may not have; :attr:`ExitCode.GAVE_UP` for the program's own failure (a crash,
+    no progress to read), which follows it anywhere."""
+    hang = last.kind in (OutcomeKind.STALLED, OutcomeKind.SLOW) and reason != NO_PROGRESS_READ
+    return ExitCode.HUNG if hang else ExitCode.GAVE_UP
 
 
 def hung_too_often_line(hangs: int, run_dir: RunDir) -> str:

@@ -250,8 +250,8 @@ class Supervisor:
                 line = endings.misconfigured_line(outcome)
                 return self._end(State.MISCONFIGURED, ExitCode.MISCONFIGURED, "misconfigured", line, give_up="misconfigured")
             if decision.verdict is Verdict.GAVE_UP:
-                line = self._gave_up_line(history, decision.reason, outcome)
-                return self._end(State.GAVE_UP, ExitCode.GAVE_UP, "gave up", line, give_up=decision.reason)
+                line, code = self._gave_up_line(history, decision.reason, outcome), endings.gave_up_code(outcome, decision.reason)
+                return self._end(State.GAVE_UP, code, "gave up", line, give_up=decision.reason)
             if following.launch.profile != launch.profile or following.launch.startup_timeout != launch.startup_timeout:
                 policy = self._policy(following.launch)
             running = self.resumer.launch(following.launch, restart=True, after=outcome)

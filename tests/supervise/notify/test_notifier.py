@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests.supervised import REPO, Finished, faulty_child, train_cli, wait_for
+from trainbox.errors import ExitCode
 from trainbox.supervise.notify import events
 from trainbox.supervise.notify import notifier as notify
 from trainbox.supervise.notify.notifier import Notifier
@@ -305,7 +306,8 @@ def run_kinds(run: Finished) -> List[str]:
 @pytest.fixture(scope="module")
 def without_notifier(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     run = supervised(tmp_path_factory.mktemp("baseline"), "run")
-    assert run.code == 1 and run_kinds(run) == ["start", "stall", "restart", "start", "stall", "give_up", "exit"], run.stderr
+    kinds = ["start", "stall", "restart", "start", "stall", "give_up", "exit"]
+    assert run.code == ExitCode.HUNG and run_kinds(run) == kinds, run.stderr
     return run
 
 
@@ -313,7 +315,7 @@ def test_a_supervised_run_tells_a_real_notifier_every_chosen_event_in_order(tmp_
     told = tmp_path / "told.txt"
     notifier = script(tmp_path, "tell.sh", f'{{ printf "%s|" "$TRAINBOX_EVENT"; cat; }} >> {told}\n')
     run = supervised(tmp_path, "run", "--notify", str(notifier), "--notify-on", CHOSEN)
-    assert run.code == 1, run.stderr
+    assert run.code == ExitCode.HUNG, run.stderr
     lines = [line.split("|", 1) for line in told.read_text().splitlines()]
     assert [name for name, _ in lines] == ["stall", "restart", "stall", "give_up", "exit"]
     assert [json.loads(body) for _, body in lines] == [e for e in run.events if e["event"] in CHOSEN.split(",")]

@@ -153,7 +153,7 @@ def test_a_spin_while_another_program_grows_a_shared_cache_is_no_compile(tmp_pat
 def test_the_same_hang_at_the_same_step_gives_up_before_the_restarts_are_spent(tmp_path: Path) -> None:
     result = supervise(tmp_path, "sleep@step,step=3", ["--stall-timeout", "3", "--max-restarts", "5"])
 
-    assert result.code == ExitCode.GAVE_UP
+    assert result.code == ExitCode.HUNG
     assert result.kinds() == ["start", "stall", "restart", "start", "stall", "give_up", "exit"]
     reason = result.of("give_up")[0]["reason"]
     cause = result.of("stall")[1]["cause"]
