@@ -21,6 +21,9 @@ from tests.paths import REPO
 from trainbox.system import proctree
 from trainbox.yolo.demo_data import Images
 
+#: Events that measure what happened rather than say what happened next: left out of :meth:`Finished.kinds`.
+MEASUREMENTS = ("redone",)
+
 
 @dataclass
 class Finished:
@@ -35,7 +38,8 @@ class Finished:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def kinds(self) -> List[str]:
-        return [e["event"] for e in self.events]
+        """The run's course: its events but the measurements taken on the way (``redone``: read with :meth:`of`)."""
+        return [e["event"] for e in self.events if e["event"] not in MEASUREMENTS]
 
     def of(self, kind: str) -> List[Dict[str, Any]]:
         return [e for e in self.events if e["event"] == kind]

@@ -91,7 +91,8 @@ def test_time_lost_to_a_stall_is_its_silence_the_restart_and_the_work_done_again
 
     stall = {"ts": 30.0, "event": "stall", "attempt": 0, "killed_ts": 30.0, "silent_s": 10.0, "kill_s": 0.0}
     stall["last_beat"] = {"step": 40, "pattern": "tqdm"}
-    events = [{"ts": 0.0, "event": "start", "attempt": 0}, stall, {"ts": 32.0, "event": "start", "attempt": 1}]
+    redone = {"ts": 36.0, "event": "redone", "attempt": 1, "redone": 40, "unit": "step", "from": None}
+    events = [{"ts": 0.0, "event": "start", "attempt": 0}, stall, {"ts": 32.0, "event": "start", "attempt": 1}, redone]
     _write(tmp_path / "events.jsonl", [*events, {"ts": 93.0, "event": "exit", "attempt": 1, "code": 0}])
     _write(tmp_path / "progress.jsonl", samples((5.0, 10), (20.0, 40)) + samples((35.0, 0), (50.0, 30), (60.0, 45), attempt=1))
     loss = runview.read(tmp_path, now=100.0).loss(runview.read(tmp_path, now=100.0).stalls[0])

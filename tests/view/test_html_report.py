@@ -81,7 +81,7 @@ def test_the_supervisor_leaves_a_report_with_the_events_the_stall_and_the_figure
 
     (stall,) = stalled_run.of("stall")
     assert f"stall {stall['budget_s']:g} s" in text and f"{stall['silent_s']:.1f} s" in text
-    assert "3 batches" in text, "lost work: steps 6-8 of epoch 2 were trained again"
+    assert "3 steps done again" in text, "lost work: steps 6-8 of epoch 2 were trained again"
     for field in ("cause", "evidence"):  # recorded by supervisors that diagnose the stall; shown when there
         if stall.get(field):
             assert (stall[field] if isinstance(stall[field], str) else stall[field][0]) in text

@@ -191,11 +191,11 @@ def test_the_newest_checkpoint_a_command_wrote_and_what_a_restart_redid_are_show
     (run / "train" / "weights" / "last.pt").unlink()  # a command of the user's: its checkpoints are its own
     state = json.loads((run / "state.json").read_text())
     state["checkpoint"] = {"path": "/w/out/checkpoint-50", "mtime": NOW - 65, "step": 50}
-    state["resumed"] = {"attempt": 1, "from": "/w/out/checkpoint-50", "step": 50, "redone_steps": 7}
+    state["resumed"] = {"attempt": 1, "from": "/w/out/checkpoint-50", "step": 50, "redone_steps": 7, "redone_unit": "step"}
     (run / "state.json").write_text(json.dumps(dict(state, redone_steps=7)))
     lines = status.render(run, status.read(run), now=NOW)
     assert "checkpoint /w/out/checkpoint-50, 1m05s old, step 50" in lines
-    assert "resumed   attempt 1 from /w/out/checkpoint-50 (step 50): 7 step(s) done again, 7 in the run" in lines
+    assert "resumed   attempt 1 from /w/out/checkpoint-50 (step 50): 7 steps done again, 7 in the run" in lines
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

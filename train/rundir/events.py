@@ -55,7 +55,9 @@ from trainbox.rundir.safe import Refusal
 #: :mod:`trainbox.supervise.watchdog`); notify_failed: a ``--notify`` command could not start, failed, ran out of
 #: time or an event was dropped (``kind``, ``line``), once per kind (:mod:`trainbox.supervise.notify.notifier`); slow: the
 #: run keeps beating but has become much slower than its own pace (``rate``, ``baseline_rate``, ``ratio``,
-#: ``since_ts``, ``suspect``, ``evidence``); recovered: it is back at its pace (:mod:`trainbox.supervise.pace.watch`).
+#: ``since_ts``, ``suspect``, ``evidence``); recovered: it is back at its pace (:mod:`trainbox.supervise.pace.watch`);
+#: redone: a restarted attempt's work done again, once it showed where it began (``redone``, ``unit``, ``reached``,
+#: ``began``, ``from``; :mod:`trainbox.supervise.resume.redone`).
 EVENTS = (
     "start",
     "device",
@@ -70,6 +72,7 @@ EVENTS = (
     "notify_failed",
     "slow",
     "recovered",
+    "redone",
 )
 
 
@@ -130,6 +133,10 @@ EVENT = Schema(
         "continued": pids,
         "learned": table(seconds),
         "last_beat": BEAT,
+        "reached": BEAT,
+        "began": BEAT,
+        "redone": whole,
+        "unit": text,
         "code": exit_code,
         "code_before_kill": exit_code,
         **dict.fromkeys(("after", "reason", "retry", "gpu_release"), text),

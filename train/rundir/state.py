@@ -145,7 +145,9 @@ STATE = Schema(
         # The newest checkpoint the command wrote and what a restart resumed from (trainbox.supervise.resume.notes):
         # their paths are printed by status, so they are text (one line, no terminal controls) like every other.
         "checkpoint": Schema({"path": text, "mtime": timestamp, "step": whole}),
-        "resumed": Schema({"attempt": whole, "from": text, "step": whole, "why": text, "redone_steps": whole}),
+        "resumed": Schema(
+            {"attempt": whole, "from": text, "step": whole, "why": text, "redone_steps": whole, "redone_unit": text}
+        ),
         "redone_steps": whole,
         "exit_code": exit_code,
     }

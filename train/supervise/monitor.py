@@ -99,6 +99,7 @@ class Monitor:
                     self.pace.finish(time.time())
                     self.resume_notes.look(attempt.launch, time.monotonic(), last=True)
                 tail = attempt.tee
+            self.resume_notes.ended(outcome.last_beat)
         except CannotStart as exc:
             return self._not_started(number, launch, str(exc))
         outcome.detail["progress_source"] = attempt.progress.source.value
@@ -256,10 +257,7 @@ class Monitor:
             self.pace.observe(progress.record, time.time())
         if not progressed:
             return False, False
-        if outcome.first_step_ts is None:
-            counted = [p.record for p in progressed if p.record and ("step" in p.record or "batch" in p.record)]
-            if counted:
-                self.resume_notes.first_counter(attempt.number, attempt.launch, counted[0])
+        self.resume_notes.progressed(attempt.number, attempt.launch, attempt.progress)
         saved = outcome.saw(record, time.time())
         if self.record.state is State.STARTING:
             self.record.set_state(State.RUNNING, heartbeat=record)

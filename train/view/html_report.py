@@ -47,6 +47,7 @@ from trainbox.atomic import atomic_writer
 from trainbox.errors import UserError, say
 from trainbox.rundir.layout import IncidentDir, RunDir
 from trainbox.rundir.progress import STARTUP_PHASE
+from trainbox.supervise.resume.redone import amount
 from trainbox.view import counter
 from trainbox.view.runview import RunView, Stall
 from trainbox.view.runview import read as read_view
@@ -306,8 +307,8 @@ def incident_rows(view: RunView, base: Path) -> List[List[str]]:
     rows = []
     for n, stall in enumerate(view.stalls, 1):
         loss = view.loss(stall)
-        lost = (f"{loss.steps} batches, " if loss.steps is not None else "") + duration(loss.seconds)
-        lost += "" if loss.regained else " (never back at that step: the silence and the restart only)"
+        lost = (f"{amount(loss.steps, loss.unit)} done again, " if loss.steps is not None else "") + duration(loss.seconds)
+        lost += "" if loss.regained else " (never back at that place: the silence and the restart only)"
         rows.append(
             [
                 str(n),
@@ -457,6 +458,7 @@ EVENT_DETAILS: Dict[str, Tuple[str, ...]] = {
     "notify_failed": ("kind", "line"),
     "slow": ("ratio", "phase", "suspect", "action"),
     "recovered": ("reason", "ratio", "slow_s"),
+    "redone": ("redone", "unit", "from"),
 }
 
 

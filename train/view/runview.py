@@ -105,11 +105,23 @@ class Stall:
 
 @dataclass(frozen=True)
 class Loss:
-    """What one stall cost: the batches trained again and the wall time until the run was back where it stopped."""
+    """What one stall cost: the work trained again and the wall time until the run was back where it stopped."""
 
-    steps: Optional[int]
+    steps: Optional[int]  # the work done again, in ``unit``s; None when it was not measured
     seconds: float
-    regained: bool  # False: the run never got back to the stalled step (it ended, or has not yet)
+    regained: bool  # False: the run never got back to the stalled place (it ended, or has not yet)
+    unit: str = "step"
+
+
+def _at_or_past(sample: Dict[str, Any], beat: Dict[str, Any]) -> bool:
+    """Whether ``sample`` is at or past the place of ``beat``: by step, else by epoch and batch."""
+    if isinstance(beat.get("step"), int):
+        return isinstance(sample.get("step"), int) and sample["step"] >= beat["step"]
+    place = [beat.get("epoch"), beat.get("batch")]
+    if not all(isinstance(value, (int, float)) for value in place):
+        return False
+    there = [sample.get("epoch"), sample.get("batch")]
+    return all(isinstance(value, (int, float)) for value in there) and there >= place
 
 
 def _first(lines: Any) -> Optional[str]:
@@ -228,25 +240,27 @@ class RunView:
         return grouped
 
     def loss(self, stall: Stall) -> Loss:
-        """Batches redone and wall time lost to ``stall``, from the progress samples taken after it.
+        """The work done again and the wall time lost to ``stall``.
 
-        The time is the silence before the kill, the kill, the restart up to the next attempt's first progress, and
-        the work done again until it was back at the stalled step. When it never got back there (the run ended, or
-        has not yet), only the silence, the kill and the restart are counted: never the whole next attempt.
+        The work is what the supervisor measured as the next attempt showed where it began (its ``redone`` event:
+        :mod:`trainbox.supervise.resume.redone`). The time is the silence before the kill, the kill, the restart up
+        to the next attempt's first progress, and the work done again until it was back at the stalled place. When
+        it never got back there (the run ended, or has not yet), only the silence, the kill and the restart are
+        counted: never the whole next attempt.
         """
-        later = [s for s in self.samples if s["ts"] > stall.killed_ts and "step" in s]
-        first = later[0] if later else None
-        # A train beat comes after its batch: that attempt resumed one step before it (setup beats say where it starts).
-        resumed = None if first is None else first["step"] - (1 if first.get("phase") == "train" else 0)
-        steps = None if stall.last_step is None or resumed is None else max(0, stall.last_step - resumed)
-        # Regained: working again (training, or a phase the output did not name) at or past the stalled step.
-        back = next(
-            (s for s in later if stall.last_step is not None and s["step"] >= stall.last_step and s.get("phase") in TRAINING),
-            None,
-        )
-        restarted = next((s["ts"] for s in self.samples if s["ts"] > stall.killed_ts), stall.killed_ts)
+        redone = next((e for e in self.of("redone") if e["ts"] > stall.killed_ts), None)  # the next attempt's
+        later = [s for s in self.samples if s["ts"] > stall.killed_ts]
+        # Regained: working again (training, or a phase the output did not name) at or past the stalled place.
+        back = next((s for s in later if s.get("phase") in TRAINING and _at_or_past(s, stall.last_beat)), None)
+        restarted = later[0]["ts"] if later else stall.killed_ts
         until = back["ts"] if back else restarted
-        return Loss(steps=steps, seconds=max(0.0, until - stall.last_progress_ts), regained=back is not None)
+        steps, unit = (redone.get("redone"), redone.get("unit")) if redone else (None, None)
+        return Loss(
+            steps=steps if isinstance(steps, int) else None,
+            seconds=max(0.0, until - stall.last_progress_ts),
+            regained=back is not None,
+            unit=unit if isinstance(unit, str) else "step",
+        )
 
     @functools.cached_property
     def slow_periods(self) -> List[SlowPeriod]:

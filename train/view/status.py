@@ -38,6 +38,7 @@ from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import read_samples
 from trainbox.rundir.records import Records, rank_files, read_beat, whole
 from trainbox.supervise import settings
+from trainbox.supervise.resume.redone import UNITS, amount
 from trainbox.supervise.settings import DEADLINE_FORMATS  # noqa: F401  (status' and report's --help name it)
 from trainbox.view import counter, slow
 from trainbox.view.counter import Bar
@@ -215,7 +216,8 @@ def resumed_line(state: Dict[str, Any]) -> Optional[str]:
         f"from {source}" + (f" (step {step})" if isinstance(step, int) else "") if isinstance(source, str) else "from the start"
     )
     total = whole(state.get("redone_steps"))
-    said = f": {again} step(s) done again" if isinstance(again, int) else ": work done again unknown"
+    unit = resumed.get("redone_unit") if resumed.get("redone_unit") in UNITS else "step"
+    said = f": {amount(again, unit)} done again" if isinstance(again, int) else ": work done again unknown"
     attempt = whole(resumed.get("attempt"))
     return f"attempt {attempt if isinstance(attempt, int) else '?'} {where}{said}" + (
         f", {total} in the run" if isinstance(total, int) else ""

@@ -73,6 +73,8 @@ def test_the_same_loop_hung_at_step_20_is_found_restarted_and_finishes(tmp_path:
     assert stall["last_beat"]["pattern"] == "tqdm"
     tail = (result.incident() / "output-tail.txt").read_text().splitlines()
     assert "20/40" in tail[-1], f"the bar's last state, not '(no output)': {tail[-1:]}"
+    redone = result.of("redone")[0]
+    assert (redone["redone"], redone["unit"], redone["from"]) == (20, "batch", None), "from nothing: all 20 again"
 
 
 def test_pytorch_examples_lines_block_buffered_off_a_terminal_are_not_killed_while_they_count(tmp_path: Path) -> None:
@@ -100,6 +102,8 @@ def test_the_same_lines_stopping_while_a_thread_chatters_are_a_stall(tmp_path: P
     assert stall["at"] == "phase train, epoch 1 batch 448" and stall["last_beat"]["pattern"] == "pytorch-examples"
     tail = (result.incident() / "output-tail.txt").read_text().splitlines()
     assert tail[-3:] == ["GPU memory 5.1 GB"] * 3, "the thread kept printing, and that was not progress"
+    redone = result.of("redone")[0]
+    assert (redone["redone"], redone["unit"]) == (8, "batch"), "8 lines of 64 samples, each after its batch: 8 batches"
 
 
 def test_a_loop_hung_at_step_30_while_a_thread_prints_its_timing_is_found_by_its_budget(tmp_path: Path) -> None:
@@ -113,6 +117,8 @@ def test_a_loop_hung_at_step_30_while_a_thread_prints_its_timing_is_found_by_its
     assert (stall["budget"], stall["at"], stall["last_beat"]["pattern"]) == ("stall", "step 30", "words"), stall
     tail = (result.incident() / "output-tail.txt").read_text()
     assert tail.count("[timing] ms/step") >= 5, "the thread went on printing through the silence"
+    redone = result.of("redone")[0]
+    assert (redone["redone"], redone["unit"]) == (31, "step"), "steps 0 to 30, each printed after it was done"
 
 
 def test_a_hang_after_a_checkpoint_save_is_placed_at_the_training_step_not_at_the_save_bars(tmp_path: Path) -> None:
@@ -124,6 +130,8 @@ def test_a_hang_after_a_checkpoint_save_is_placed_at_the_training_step_not_at_th
     stall = result.of("stall")[0]
     assert stall["at"] == "phase save, step 50", "the training step, with the save as its phase; not 'step 1'"
     assert (stall["last_beat"]["side_step"], stall["last_beat"]["side_total"]) == (1, 1)
+    redone = result.of("redone")[0]
+    assert (redone["redone"], redone["unit"]) == (50, "step"), "counted on the training bar, not the save's"
 
 
 #: Lines of the loggers below, one a second. Under the defaults a counter that stepped steadily a few times has a learned

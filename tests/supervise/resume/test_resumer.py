@@ -12,7 +12,7 @@ from trainbox import cli
 from trainbox.errors import ExitCode
 from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome, OutcomeKind
-from trainbox.supervise.resume.resumer import Resumer, redone, resumed_words
+from trainbox.supervise.resume.resumer import Resumer, resumed_words
 from trainbox.supervise.settings import SupervisorSettings
 
 RUN_BEGAN = 1500.0
@@ -113,22 +113,6 @@ def test_a_checkpoint_with_nowhere_to_look_is_refused_before_the_start(tmp_path:
         "say it with --checkpoint GLOB"
     )
     assert mine.problem(command("python", "t.py", "--output_dir", "o")) is None, "the recipe knows where"
-
-
-@pytest.mark.parametrize(
-    "reached, first, steps",
-    [
-        ({"step": 26}, {"step": 21}, 6),
-        ({"step": 26}, {"step": 1}, 26),
-        ({"step": 5}, {"step": 9}, 0),
-        ({"epoch": 2, "batch": 40}, {"epoch": 2, "batch": 31}, 10),
-        ({"epoch": 2, "batch": 40}, {"epoch": 3, "batch": 1}, None),
-        ({"step": "26"}, {"step": 1}, None),
-        (None, {"step": 1}, None),
-    ],
-)
-def test_the_work_done_again_is_counted_from_the_counters(reached: Optional[dict], first: dict, steps: Optional[int]) -> None:
-    assert redone(reached, first) == steps
 
 
 def test_the_cli_refuses_a_checkpoint_it_cannot_find_before_anything_starts(

@@ -99,6 +99,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from trainbox.errors import UserError
 from trainbox.supervise.output.counters import Counters, Number, Reading
 from trainbox.supervise.output.pattern import COUNTER_GROUPS, PATTERN_FLAG, pattern_problem
+from trainbox.supervise.output.starts import Starts
 
 #: Only this much of a line is read: every counter form above sits well inside it, and it bounds the regex work
 #: per line whatever the child prints (TerminalLines already cuts lines at 4096 characters).
@@ -463,6 +464,8 @@ class OutputProgress:
         self._lock = threading.Lock()
         self._beat: Optional[Dict[str, Any]] = None
         self._at: Optional[float] = None
+        #: Each counter's first places, line by line (where the attempt began: trainbox.supervise.resume.redone).
+        self._starts = Starts()
         #: Lines that showed a counter, advancing or not (none yet: the start-up line says how to give one).
         self.recognised = 0
         #: Readings that were progress.
@@ -476,7 +479,9 @@ class OutputProgress:
             return None
         with self._lock:
             self.recognised += 1
-            beat = self._counters.take(self._in_context(reading), now)
+            reading = self._in_context(reading)
+            self._starts.take(reading)
+            beat = self._counters.take(reading, now)
             if beat is None:
                 return None
             self._beat, self._at = beat, now
@@ -493,6 +498,12 @@ class OutputProgress:
         """The last beat that was progress and when it was read (None, None before the first)."""
         with self._lock:
             return (dict(self._beat) if self._beat is not None else None), self._at
+
+    def starts(self, counter: Optional[str]) -> List[Dict[str, Any]]:
+        """The first places of ``counter`` (None: the main counter, else the first one read), as beats."""
+        with self._lock:
+            main = self._counters.main.key if self._counters.main is not None else self._starts.first_counter()
+            return self._starts.of(counter or main or "")
 
     def _in_context(self, reading: Reading) -> Reading:
         """A batch with no epoch takes the last epoch read (Keras' epoch line, Ultralytics' epoch bar)."""

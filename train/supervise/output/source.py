@@ -68,6 +68,8 @@ class ProgressSource:
         self.output = output
         self.beaten = False
         self._taken: Optional[Tuple[float, Dict[str, Any]]] = None
+        #: The first beat with a count, as this attempt's start when its progress comes from beats.
+        self._first_beat: Optional[Dict[str, Any]] = None
 
     @property
     def source(self) -> Source:
@@ -80,6 +82,8 @@ class ProgressSource:
         progressed = self.beats.poll(now)
         self.beaten = self.beaten or bool(progressed)
         if self.beaten:
+            counted = [p.record for p in progressed if p.record and ("step" in p.record or "batch" in p.record)]
+            self._first_beat = self._first_beat or (counted[0] if counted else None)
             return progressed
         beat, at = self.output.latest()
         if beat is None or at is None or self._taken == (at, beat):
@@ -88,6 +92,13 @@ class ProgressSource:
         # `ts`, as a beat carries it: the wall time the counter was read (status shows how long ago).
         record = dict(beat, ts=round(time.time() - (now - at), 3))
         return [self.beats.heard(record, at)]
+
+    def starts(self, counter: Optional[str]) -> List[Dict[str, Any]]:
+        """Where this attempt's progress began: the first places of ``counter`` in its output (None: its main
+        counter), or its first beat with a count (a heartbeat file holds only the latest: the first one seen)."""
+        if self.beaten:
+            return [self._first_beat] if self._first_beat else []
+        return self.output.starts(counter)
 
     def lagging(self, now: float) -> Standing:
         return self.beats.lagging(now)

@@ -27,8 +27,8 @@ A program that refuses the words it was given (its usage error before any progre
 the restart line says why.
 
 What was chosen, or why nothing was, goes on the launch (``Launch.resumed``): the ``start`` and ``restart`` events
-carry it, and once the resumed attempt shows its first step the monitor measures the work done again
-(:func:`redone`) against where the attempt before it got to (``reached``).
+carry it (``reached``: where the attempt before it got to); the monitor measures the work done again
+(:mod:`trainbox.supervise.resume.redone`).
 """
 
 from __future__ import annotations
@@ -50,23 +50,6 @@ from trainbox.supervise.settings import CHECKPOINT_FIELD, NO_RESUME, SupervisorS
 SETTLE_S = 0.5
 #: Checkpoints passed over that an event lists (the newest ones): enough to see why the newest was not taken.
 PASSED_LISTED = 5
-
-
-def redone(reached: Optional[Mapping[str, Any]], first: Optional[Mapping[str, Any]]) -> Optional[int]:
-    """Steps done again: from the resumed attempt's first counter ``first`` up to where the attempt before it had
-    got (``reached``), both beats; by ``step``, else by ``batch`` within one epoch; None when they cannot be compared."""
-    for key in ("step", "batch"):
-        before, after = _count((reached or {}).get(key)), _count((first or {}).get(key))
-        if before is None or after is None:
-            continue
-        if key == "batch" and (reached or {}).get("epoch") != (first or {}).get("epoch"):
-            return None
-        return max(0, before - after + 1)
-    return None
-
-
-def _count(value: Any) -> Optional[int]:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
 
 
 class Resumer:
