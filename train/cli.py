@@ -295,7 +295,7 @@ def _command_planner(args: argparse.Namespace, launch: Launch, settings: Supervi
     if args.ladder:
         return command_ladder.CommandLadder(launch, command_ladder.load(args.ladder), settings)
     errors.say(f"built-in rungs for {Path(launch.argv[0]).name}: {', '.join(r.name for r in rungs)} ({defaults.WHEN})")
-    return command_ladder.CommandLadder(launch, rungs, settings, causes=defaults.CAUSES)
+    return command_ladder.CommandLadder(launch, rungs, settings, causes=defaults.CAUSES, unapplied=defaults.unapplied)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from trainbox import faults
@@ -104,11 +105,11 @@ class Monitor:
             return self._not_started(number, launch, str(exc))
         outcome.detail["progress_source"] = attempt.progress.source.value
         outcome.detail["last_output"] = tail.tail_lines(20)
+        outcome.detail["log"] = str(self.record.run_dir.attempt_log(number))  # what the planner may read (ladder.defaults)
         if outcome.crashed:
             output = crashes.Output(tail.tail(), attempt.progress.output.latest()[0])
             rank_failure = ranks.failure(self.record.run_dir.rank_error(number), output.tail)
-            log = self.record.run_dir.attempt_log(number)
-            outcome.detail.update(crashes.named(outcome, launch.profile, log, rank_failure, output))
+            outcome.detail.update(crashes.named(outcome, launch.profile, Path(outcome.detail["log"]), rank_failure, output))
             self._crashed(number, outcome, tail.tail_lines(5), rank_failure)
         return outcome
 

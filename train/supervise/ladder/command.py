@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -199,15 +199,18 @@ class CommandLadder(RungLadder):
         rungs: Sequence[Rung],
         settings: Optional[SupervisorSettings] = None,
         causes: Optional[FrozenSet[str]] = None,
+        unapplied: Callable[[Outcome], Optional[str]] = lambda outcome: None,
     ) -> None:
         """``causes``: the stall causes that may move the run between rungs (None: every cause the table sends to
-        the ladder); a stall of another cause runs the same rung again."""
+        the ladder); a stall of another cause runs the same rung again. ``unapplied``: why the rungs' change would
+        change nothing for the attempt that ended (the program ignores it), None when it would: the rung is kept."""
         if not rungs:
             raise ValueError("a ladder needs at least one rung")
         super().__init__(launch)
         self.rungs = list(rungs)
         self.positions = {rung.name: at for at, rung in enumerate(self.rungs)}
         self.causes = causes
+        self.unapplied = unapplied
         self.index = 0
         policy_rungs = [ladder_policy.Rung(rung.name, rung.expected_speed) for rung in self.rungs]
         self.ledger = RungLedger.from_settings(policy_rungs, settings or SupervisorSettings())
@@ -237,6 +240,10 @@ class CommandLadder(RungLadder):
         before = self.describe()
         if self.causes is not None and cause not in self.causes and retry in (Retry.LADDER, Retry.NATIVE):
             return Next(self.current(), Retry.SAME, moved_reason(cause, Retry.SAME, before, before))
+        ignored = self.unapplied(outcome) if retry is Retry.LADDER and self.index + 1 < len(self.rungs) else None
+        if ignored is not None:
+            below = ", ".join(rung.name for rung in self.rungs[self.index + 1 :])
+            return Next(self.current(), Retry.SAME, f"{cause}: {below} skipped, {ignored}; {before} once more")
         decision = self.ladder_rung(outcome) if retry is Retry.LADDER else None
         if decision is not None:
             self.go_to(decision.rung)
