@@ -24,7 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 #: The daemons and clients the cluster needs (Debian 12: slurmctld, slurmd, slurm-client, munge).
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "srun")
@@ -170,6 +170,21 @@ class Cluster:
         process.kill()
         process.wait()
 
+    def lose_node(self, node: str) -> int:
+        """A lost machine: SIGKILL the node's slurmd and every process of its job steps, the slurmstepd that runs each
+        task and the tasks' own trees (all of them carry the node's name, ``SLURMD_NODENAME``); how many processes."""
+        self.kill_node(node)
+        tasks = [
+            pid
+            for pid, environ in _processes()
+            if environ.get("SLURM_CONF") == str(self.conf) and environ.get("SLURMD_NODENAME") == node
+        ]
+        steps = {parent for parent in map(_parent, tasks) if parent is not None and _name(parent) == "slurmstepd"}
+        for pid in (*steps, *tasks):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return len(steps) + len(tasks)
+
     def scontrol(self, *words: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["scontrol", *words], env=self.env, capture_output=True, text=True, timeout=30)
 
@@ -240,6 +255,31 @@ def _wait(ready, what: str, timeout: float = START_S) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the Slurm cluster did not come up: no {what} within {timeout:.0f} s")
         time.sleep(0.2)
+
+
+def _processes() -> Iterator[Tuple[int, Dict[str, str]]]:
+    """(pid, environment) of every process this user can read."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                words = (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            yield int(proc.name), dict(word.split("=", 1) for word in words if "=" in word)
+
+
+def _parent(pid: int) -> Optional[int]:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _name(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _kill_leftovers(root: Path) -> None:

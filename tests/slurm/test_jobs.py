@@ -2,7 +2,9 @@
 
 (a) a two-node job finishes; its run is where Slurm users look for it, one folder per node;
 (c) Slurm's warning before the time limit stops the job at its next checkpoint with the requeue status, the sbatch
-    script requeues it, and the requeued job goes on from that checkpoint to the end.
+    script requeues it, and the requeued job goes on from that checkpoint to the end;
+(d) a lost node (its slurmd and its step's processes killed) ends the job as Slurm documents it, the supervisor left
+    stopped by Slurm's SIGTERM (143); Slurm requeues it (--requeue) and, the node back, the job resumes and finishes.
 """
 
 from __future__ import annotations
@@ -62,3 +64,22 @@ def test_slurms_warning_stops_the_job_at_a_checkpoint_and_the_requeued_job_goes_
     assert len(resumed) == 2 and resumed[0] == resumed[1] >= 1, out[-4000:]
     last = max(int(n) for n in re.findall(r"^epoch (\d+) loss", out, re.M))
     assert last == 7, "the requeued job trained to the end"
+
+
+def test_a_lost_node_ends_the_job_as_documented_and_the_requeued_job_resumes(slurm_cluster: Cluster, tmp_path: Path) -> None:
+    job = slurm_cluster.sbatch(jobs.supervised(tmp_path, epochs=6, samples=256, sbatch=("--nodes=2", "--requeue")))
+    root = jobs.job_dir(tmp_path, job)
+    wait_for((root / "plain.pt").exists, "first checkpoint")
+    try:
+        assert slurm_cluster.lose_node("n2") >= 3, "slurmstepd, the supervisor, torchrun and its rank"
+        wait_for(lambda: slurm_cluster.job(job).get("Restarts") == "1", "the requeue after the node failure")
+        assert slurm_cluster.states().get("n2", "").startswith("down"), slurm_cluster.states()
+    finally:
+        slurm_cluster.start_node("n2")  # the machine back (ReturnToService=2: it comes back idle)
+    fields = slurm_cluster.wait_state(job, ENDED, 2 * FINISHES_S)
+    out = jobs.output(tmp_path, job)
+    assert fields.get("JobState") == "COMPLETED" and fields.get("Restarts") == "1", (fields, out[-4000:])
+    exits = [e["code"] for e in jobs.events(root / "node-0") if e["event"] == "exit"]
+    assert exits == [143, 0], "node 0 stopped by Slurm's SIGTERM as the job ended, then the requeued run to the end"
+    resumed = [int(n) for n in re.findall(r"resumed from \S+ at epoch (\d+)", out)]
+    assert len(resumed) == 2 and resumed[0] == resumed[1] >= 1, out[-4000:]
