@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import List
 
@@ -13,6 +14,7 @@ import psutil
 import pytest
 
 from tests.supervised import start_cli, survivors, wait_for
+from trainbox.interrupt import WARNING_SIGNAL
 from trainbox.system import guard
 
 
@@ -77,3 +79,20 @@ def test_a_supervisor_killed_with_sigkill_leaves_nothing_of_its_run(tmp_path: Pa
         supervisor.kill()
         for leftover in survivors(run_dir):
             leftover.kill()
+
+
+def _ignores(pid: int, signum: int) -> bool:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return bool(int(fields["SigIgn"].strip(), 16) & (1 << (signum - 1)))
+
+
+def test_the_guard_outlives_a_schedulers_warning_to_every_process_of_the_job() -> None:
+    watch = guard.SessionGuard()
+    watch.start()
+    assert watch.process is not None and watch._pipe is not None
+    wait_for(lambda: _ignores(watch.process.pid, WARNING_SIGNAL), timeout=60, what="the guard ignoring it")
+    watch.process.send_signal(WARNING_SIGNAL)
+    time.sleep(0.5)
+    assert watch.process.poll() is None, "Slurm's --signal reaches the guard too: it must stay"
+    watch._pipe.close()
+    assert watch.process.wait(timeout=30) == 0

@@ -15,7 +15,8 @@ root's pid, :func:`trainbox.supervise.attempt.start`), which everything it start
 been ended (``-SID``). When the pipe ends (the supervisor exited, by whatever signal) the guard SIGKILLs every process
 still in a session it holds, until none is left, and exits; a supervisor that ended its trees has released them all,
 and the guard only exits. The guard ignores the signals a terminal sends its group (Ctrl-C, a hang-up), so it is
-there when they end the supervisor.
+there when they end the supervisor, and a scheduler's warning (:data:`trainbox.interrupt.WARNING_SIGNAL`), which
+Slurm sends every process of a job step.
 
 A session id is a pid the kernel does not hand out again while any process of that session lives, so a session held
 names only the attempt's processes. The guard's side (:func:`main`) imports nothing beyond the standard library.
@@ -32,6 +33,7 @@ import time
 from typing import IO, FrozenSet, Iterable, List, Optional, Set
 
 from trainbox import module_command
+from trainbox.interrupt import WARNING_SIGNAL
 
 #: How long the guard keeps killing after the supervisor died (a tree that forks as it is killed), polling this often.
 KILL_FOR_S, KILL_POLL_S = 5.0, 0.05
@@ -80,7 +82,7 @@ def held(lines: Iterable[str]) -> Set[int]:
 
 def main() -> int:
     """The guard: read the supervisor's lines from stdin until it ends, then end the sessions still held."""
-    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT):
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, WARNING_SIGNAL):
         signal.signal(signum, signal.SIG_IGN)
     sessions = held(sys.stdin)
     kill_sessions(sessions)
