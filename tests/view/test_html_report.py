@@ -293,3 +293,66 @@ def test_a_directory_supervised_twice_is_one_run(tmp_path: Path) -> None:
     assert sorted(series) == [0, 1], "two lines: the attempts of both supervisors"
     text = html.unescape(re.sub(r"<[^>]+>", " ", RunDir(run_dir).report.read_text()))
     assert re.search(r"restarts, stalls, crashes\s+0, 1, 0", text) and re.search(rf"epochs in results.csv\s+{EPOCHS} of", text)
+
+
+def _lines(path: Path, records: List[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def test_a_yolo_train_run_s_results_csv_is_drawn_from_its_own_save_dir(tmp_path: Path) -> None:
+    """``yolo train`` writes results.csv beside the weights/ folder of the last.pt the supervisor found, not into the
+    run directory: the report draws it (and only a file of that name, beside a ``weights/`` folder)."""
+    save = tmp_path / "project" / "runs" / "detect" / "train"
+    (save / "weights").mkdir(parents=True)
+    header = "epoch,train/box_loss,val/box_loss,metrics/mAP50(B)\n"
+    (save / "results.csv").write_text(header + "1,1.5,1.7,0.10\n2,1.2,1.4,0.25\n")
+    run = tmp_path / "run"
+    checkpoint = {"path": str(save / "weights" / "last.pt"), "mtime": 2.0, "step": None}
+    (run / "state.json").parent.mkdir()
+    (run / "state.json").write_text(json.dumps({"state": "succeeded", "checkpoint": checkpoint}))
+    _lines(run / "events.jsonl", [{"event": "start", "attempt": 0, "ts": 1.0}, {"event": "exit", "attempt": 0, "ts": 9.0}])
+    assert [row["epoch"] for row in runview.read(run).results] == [1.0, 2.0]
+    page = html_report.write(run).read_text()
+    assert "No results." not in page and "epochs in results.csv" in page
+    for elsewhere in ("relative/weights/last.pt", str(save / "last.pt"), str(save / "weights" / ".." / "weights" / "x.pt")):
+        (run / "state.json").write_text(json.dumps({"state": "succeeded", "checkpoint": {"path": elsewhere, "mtime": 2.0}}))
+        assert runview.read(run).results == [], elsewhere
+
+
+def test_the_loss_a_bar_showed_is_drawn_and_a_silence_of_no_phase_has_no_row(tmp_path: Path) -> None:
+    samples = [
+        {"ts": 10.0 + n, "attempt": 0, "step": 10 * n, "loss": 1.0 / (n + 1), "silences": {"": {"s": 0.5}, "train": {"s": 0.2}}}
+        for n in range(4)
+    ]
+    _lines(tmp_path / "progress.jsonl", samples)
+    _lines(tmp_path / "events.jsonl", [{"event": "start", "attempt": 0, "ts": 9.0}, {"event": "exit", "attempt": 0, "ts": 20.0}])
+    view = runview.read(tmp_path)
+    assert set(html_report.phase_silences(view)) == {"train"}, "no row without a name"
+    assert html_report.curves_chart(view) is not None
+    page = html_report.write(tmp_path).read_text()
+    assert "No results." not in page and "<td></td><td>" not in page
+
+
+#: A real tqdm loop whose bar shows the loss in its postfix, as most training loops' bars do.
+TQDM_WITH_LOSS = """
+import time
+from tqdm import tqdm
+with tqdm(total=14, mininterval=0) as bar:
+    for step in range(14):
+        time.sleep(0.5)
+        bar.set_postfix(loss=round(2.0 / (step + 1), 3))
+        bar.update(1)
+"""
+
+
+def test_the_loss_in_a_bar_s_postfix_is_read_from_a_real_tqdm_run_and_drawn(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["supervise", "--run-dir", str(run_dir), *OPTIONS, "--", sys.executable, "-c", TQDM_WITH_LOSS]
+    done = train_cli(args, run_dir)
+    assert done.code == 0, done.stderr
+    view = runview.read(run_dir)
+    # progress.jsonl samples every 5 s: the first beat (0/14, before any postfix) and one about step 11
+    losses = {s["step"]: s["loss"] for s in view.samples if "loss" in s}
+    assert losses and all(loss == round(2.0 / step, 3) for step, loss in losses.items()), view.samples
+    assert "No results." not in RunDir(run_dir).report.read_text()

@@ -10,10 +10,12 @@ supervisor saw and did, across every attempt. Five parts, each from
    profile changes and checkpoints marked; the time axis counts from the run's
    start in the unit its span reads best in (seconds, minutes or hours:
    :func:`time_axis`), its label naming the start's clock time;
-2. loss and mAP from Ultralytics' ``results.csv``, by epoch, so continuous
-   across restarts, with the epochs where an attempt resumed marked;
+2. loss and mAP from Ultralytics' ``results.csv`` (the run's own, or the one in the save dir of the checkpoints
+   ``yolo train`` wrote), by epoch, so continuous across restarts, with the epochs where an attempt resumed
+   marked; without it, the training loss the output showed (a bar's ``loss=``, a log's ``loss`` field) over time;
 3. per phase, the silences actually seen against the budget in force
-   (startup, setup, train, val, save ...: whatever phases the child declared);
+   (startup, setup, train, val, save ...: whatever phases the child declared; a silence of no phase, as an
+   unlabelled bar's, has no row);
 4. each incident: cause and evidence (when the supervisor recorded them),
    silent time, time to kill, lost work, and relative links to its files;
 5. a summary: total time, time lost to stalls, time spent slow, restarts, final
@@ -195,10 +197,34 @@ def _finish_timeline(axes: Any, when: TimeAxis, measured: str, has_samples: bool
         axes.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=8, ncol=6, frameon=False)
 
 
-def curves_chart(view: RunView) -> Optional[str]:
-    """Part 2: loss and mAP by epoch from results.csv (one row per epoch across attempts); None without it."""
-    if not view.results:
+def output_loss_chart(view: RunView) -> Optional[str]:
+    """Part 2 without results.csv: the training loss the output showed (a bar's ``loss=`` postfix, a log's ``loss``
+    field: progress.jsonl's samples) over the run's time, one line per attempt; None when it showed none."""
+    by_attempt = {
+        index: [(s["ts"], s["loss"]) for s in samples if isinstance(s.get("loss"), (int, float))]
+        for index, samples in view.samples_by_attempt().items()
+    }
+    if not any(by_attempt.values()):
         return None
+    when = _time_axis_of(view)
+    figure = _figure()
+    axes = figure.subplots()
+    for index, points in sorted(by_attempt.items()):
+        if points:
+            xs, ys = zip(*points)
+            axes.plot([when.x(x) for x in xs], ys, marker=".", color=COLORS[index % len(COLORS)], label=f"attempt {index}")
+    axes.set_title("loss (read from the output)")
+    axes.set_xlabel(when.label)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    return _png(figure)
+
+
+def curves_chart(view: RunView) -> Optional[str]:
+    """Part 2: loss and mAP by epoch from results.csv (one row per epoch across attempts); without it, the loss the
+    output showed (:func:`output_loss_chart`); None without either."""
+    if not view.results:
+        return output_loss_chart(view)
     figure = _figure()
     losses, metrics = figure.subplots(1, 2)
     epochs = [row["epoch"] for row in view.results]
@@ -239,6 +265,8 @@ def phase_silences(view: RunView) -> Dict[str, Dict[str, Any]]:
 
     for s in view.samples:
         for phase, seen in s.get("silences", {}).items():
+            if not phase.strip():
+                continue  # a silence of no phase (an unlabelled bar): no row without a name
             entry(phase)["seen"].append(seen["s"])
             entry(phase)["budgets"].append((seen.get("budget", "?"), seen.get("budget_s", 0.0)))
     for stall in view.stalls:
@@ -490,8 +518,8 @@ def render(view: RunView, out: Path, deadline: Optional[datetime.datetime] = Non
         header = ("#", "attempt", "began", "flagged", "ended", "lasted", "pace", "phase", "suspect", "evidence", "action")
         parts.append(_table(header, slow_periods, raw=True))
     curves = curves_chart(view)
-    parts.append("<h2 id='curves'>Loss and mAP (results.csv)</h2>")
-    parts.append(f"<img alt='loss and mAP by epoch' src='data:image/png;base64,{curves}'>" if curves else "<p>No results.</p>")
+    parts.append("<h2 id='curves'>Loss and mAP</h2>")
+    parts.append(f"<img alt='loss and mAP' src='data:image/png;base64,{curves}'>" if curves else "<p>No results.</p>")
     parts.append("<h2 id='silences'>Silences against their budgets, per phase</h2>")
     silences = silences_chart(view)
     if silences:

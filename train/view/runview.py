@@ -38,11 +38,14 @@ from typing import Any, Dict, List, Optional
 from trainbox.rundir.layout import RunDir
 from trainbox.rundir.progress import read_samples
 from trainbox.rundir.records import Records, read_summary
+from trainbox.rundir.safe import RunFiles
 from trainbox.view import slow, status
 from trainbox.view.slow import SlowPeriod
 
 #: Ultralytics' results.csv: a row of about 300 bytes per epoch (10,000 epochs are 3 MiB); more is not its file.
 MAX_RESULTS_BYTES = 4 << 20
+#: The name Ultralytics gives its per-epoch metrics, in its save dir beside ``weights/`` (as in the run's own layout).
+RESULTS_NAME = Path(RunDir.results.path).name
 #: The most epochs a row may name.
 MAX_EPOCHS = 1_000_000
 #: The phases of a sample that trains: a beat's ``train``, or none when the output named none (an unlabelled bar).
@@ -152,8 +155,11 @@ class RunView:
 
     @functools.cached_property
     def results(self) -> List[Dict[str, float]]:
-        """results.csv, one row per epoch (see :func:`_results`)."""
-        return _results(self.run)
+        """results.csv, one row per epoch (see :func:`_results`): the run's own (``run``, ``demo``), else the one beside
+        the ``weights/`` folder of the checkpoint the supervised command wrote (``yolo train``: its own save dir)."""
+        own = _results(self.run.files, self.run.results)
+        beside = _results_beside(self.state.get("checkpoint"))
+        return own or (_results(RunFiles(beside.parent), beside) if beside is not None else [])
 
     @property
     def notes(self) -> List[str]:
@@ -347,13 +353,26 @@ def _rows(text: str) -> List[Dict[Any, Any]]:
     return rows
 
 
-def _results(run: RunDir) -> List[Dict[str, float]]:
-    """Ultralytics' ``results.csv``, one row per epoch (the last row of an epoch written twice wins), by epoch.
+def _results_beside(checkpoint: Any) -> Optional[Path]:
+    """``<save_dir>/results.csv`` for state.json's ``checkpoint`` at ``<save_dir>/weights/<name>.pt`` (Ultralytics'
+    layout), an absolute path; None for any other (the record is untrusted: only that file name is ever read)."""
+    path = checkpoint.get("path") if isinstance(checkpoint, dict) else None
+    if not isinstance(path, str) or "\0" in path:
+        return None
+    found = Path(path)
+    if not found.is_absolute() or found.suffix != ".pt" or found.parent.name != "weights" or ".." in found.parts:
+        return None
+    return found.parent.parent / RESULTS_NAME
+
+
+def _results(files: RunFiles, path: Path) -> List[Dict[str, float]]:
+    """Ultralytics' ``results.csv`` at ``path``, one row per epoch (the last row of an epoch written twice wins), by
+    epoch.
 
     Read through :mod:`trainbox.rundir.safe` (none over MAX_RESULTS_BYTES), undecodable bytes replaced; only
     finite numbers are kept, and an epoch must be a whole number from 0 to the epochs a run may have.
     """
-    got = run.files.read_bytes(run.results, MAX_RESULTS_BYTES)
+    got = files.read_bytes(path, MAX_RESULTS_BYTES)
     if got.value is None:
         return []
     text = got.value.decode("utf-8", "replace").replace("\0", "")  # csv refuses NUL

@@ -6,12 +6,16 @@ The recorded fixtures (tests/fixtures/output/, README.md there) are real program
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainbox import errors
+from trainbox.supervise.output import progress
 from trainbox.supervise.output.progress import (
     HOW_TO_GIVE_PROGRESS,
     PATTERNS,
@@ -177,7 +181,8 @@ def test_bars_drawn_in_turn_are_never_compared_with_each_other() -> None:
 
 def test_a_batch_takes_the_epoch_read_before_it() -> None:
     keras = ["Epoch 3/10", "12/100 ━━━━━━━━━━━━━━━━━━━━ 1s 10ms/step - loss: 0.1"]
-    assert beats(keras)[-1] == {"epoch": 3, "epochs": 10, "batch": 12, "batches": 100, "pattern": "keras", "counter": "keras::?"}
+    keras_beat = {"epoch": 3, "epochs": 10, "batch": 12, "batches": 100, "pattern": "keras", "counter": "keras::?"}
+    assert beats(keras)[-1] == {**keras_beat, "loss": 0.1}, "and the loss the line shows"
     ultralytics = [
         "        3/50      1.2G      1.234      2.345      1.456         16        640: 100% ━━━━━━━━━━━━ 10/10 9.8it/s 1.0s",
         f"{VAL}: 50% ━━━━━━────── 1/2 1.2it/s",
@@ -364,3 +369,22 @@ def test_a_rich_progress_with_two_tasks_is_progress_at_every_step_of_each() -> N
     seen = [(b["counter"], b.get("side_step", b["step"])) for b in drawn(out.getvalue())]
     assert [n for counter, n in seen if counter.endswith(":Batches:100")] == [0, 25, 50, 75, 100] * 3
     assert [n for counter, n in seen if counter.endswith(":Epochs:100")] == [0, 33, 67, 100]
+
+
+def test_the_training_loss_a_line_shows_goes_with_its_beat() -> None:
+    reader = OutputProgress()
+    reader.observe(" 10%|#         | 4/40 [00:01<00:09, 4.00it/s, loss=0.5]", 0.0)
+    beat = reader.observe(" 12%|#         | 5/40 [00:01<00:09, 4.00it/s, loss=0.25, val_loss=9]", 1.0)
+    assert beat is not None and beat["loss"] == 0.25
+    assert [progress.loss_in(line) for line in ("{'loss': 0.69, 'epoch': 0.5}", "- loss: 1e-3", "val_loss=1.7", "loss=inf")] == [
+        0.69,
+        0.001,
+        None,
+        None,
+    ]
+
+
+@given(st.text(max_size=300))
+def test_any_line_s_loss_is_a_finite_number_or_none(line: str) -> None:
+    loss = progress.loss_in(line)
+    assert loss is None or math.isfinite(loss)

@@ -53,7 +53,8 @@ epochs from 0, Ultralytics and Keras from 1).
 :class:`OutputProgress` is the stateful reader: it is given every display
 state with the time it was read and answers with a beat (``phase``, ``epoch``,
 ``batch``, ``step`` as ``trainbox.heartbeat.beat`` writes them, plus
-``pattern`` and ``counter``) when a reading was progress. What counts as
+``pattern`` and ``counter``, and the training ``loss`` when the line shows one:
+:func:`loss_in`) when a reading was progress. What counts as
 progress, and which counter gives the place, is one model, written once in
 :mod:`trainbox.supervise.output.counters` (and docs/progress.md): a counter (the
 pattern with its bar's label or the words before a line's number, digits
@@ -91,6 +92,7 @@ second costs the reader a core.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import dataclass, replace
@@ -141,6 +143,9 @@ _DIGITS = re.compile(r"\d+")
 #: What every built-in pattern needs somewhere in the line (n/total, a percentage, tqdm's elapsed time, a word):
 #: one search in C turns away most output (log lines, chatter) before the patterns are tried one by one.
 _MAYBE_A_COUNTER = re.compile(r"/\s*[\d?]|\d%|\[\d+:\d\d|step|iter|epoch", re.I)
+#: The training loss in a progress line (``loss=0.123``, ``'loss': 0.69``, ``train_loss: 1e-3``); ``\b`` keeps
+#: ``val_loss`` out (``_`` is a word character).
+_LOSS = re.compile(r"""\b(?:train_)?loss['"]?\s{0,3}[=:]\s{0,3}([-+]?\d{1,12}(?:\.\d{1,12})?(?:[eE][-+]?\d{1,3})?)""", re.I)
 _PRINTED_COUNT = re.compile(rf"(\d{{1,{MAX_DIGITS}}})(?:\.(\d{{1,3}}))?([kKMGT]?)")
 
 
@@ -394,6 +399,16 @@ HOW_TO_GIVE_PROGRESS = (
 )
 
 
+def loss_in(line: str) -> Optional[float]:
+    """The training loss a progress line shows, finite: a bar's postfix (``loss=0.123``), a log dict's
+    (``'loss': 0.69``), Keras' ``loss: 0.1``; not another loss (``val_loss``); None without one."""
+    found = _LOSS.search(line[:MAX_READ_CHARS])
+    if found is None:
+        return None
+    value = float(found.group(1))
+    return value if math.isfinite(value) else None
+
+
 def describe(patterns: Sequence[LinePattern] = PATTERNS) -> str:
     """What is recognised, one pattern a line with a sample (for the docs and ``--help``)."""
     return "\n".join(f"{p.name}: {p.source}, e.g. `{p.sample.strip()}`" for p in patterns)
@@ -484,6 +499,9 @@ class OutputProgress:
             beat = self._counters.take(reading, now)
             if beat is None:
                 return None
+            loss = loss_in(line)
+            if loss is not None:
+                beat["loss"] = loss  # kept in progress.jsonl's samples: the report draws it
             self._beat, self._at = beat, now
             self.advances += 1
             return dict(beat)
