@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image, ImageStat
 
 from tests.supervised import REPO, Finished, faulty_child, train_cli
@@ -356,3 +358,11 @@ def test_the_loss_in_a_bar_s_postfix_is_read_from_a_real_tqdm_run_and_drawn(tmp_
     losses = {s["step"]: s["loss"] for s in view.samples if "loss" in s}
     assert losses and all(loss == round(2.0 / step, 3) for step, loss in losses.items()), view.samples
     assert "No results." not in RunDir(run_dir).report.read_text()
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.none(), st.text(max_size=200), st.from_regex(r"/[a-z/.]{0,40}/weights/[a-z.]{0,8}\.pt", fullmatch=True)))
+def test_any_checkpoint_path_in_state_json_gives_results_or_none(tmp_path: Path, path: object) -> None:
+    (tmp_path / "state.json").write_text(json.dumps({"state": "running", "checkpoint": {"path": path, "mtime": 1.0}}))
+    results = runview.read(tmp_path).results
+    assert isinstance(results, list) and all(isinstance(row, dict) for row in results)

@@ -271,4 +271,4 @@ def test_status_reads_the_last_counter_up_to_the_exit(tmp_path: Path) -> None:
     done = train_cli(["supervise", "--run-dir", str(run_dir), "--quiet", "--", sys.executable, "-c", STEPS], run_dir)
     assert done.code == 0, done.stderr
     shown = train_cli(["status", "--run-dir", str(run_dir)])
-    assert "trained   step 40" in shown.stdout.splitlines(), shown.stdout
+    assert "trained   step 40/40" in shown.stdout.splitlines(), shown.stdout
