@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, List
 
 import pytest
 
-from tests.supervised import faulty_child, train_cli
+from tests.paths import FIXTURES, REPO
+from tests.supervised import cli_env, faulty_child, train_cli
 from trainbox.errors import ExitCode
 from trainbox.supervise import crashes
 from trainbox.supervise.policy import Outcome, OutcomeKind
@@ -42,12 +45,12 @@ def test_the_place_is_the_last_position_or_before_any_progress() -> None:
     assert crashes.place(stepped, "safe") == "at phase val, epoch 0 batch 2, profile safe"
 
 
-
 def test_the_place_is_the_last_counter_the_output_showed_before_a_beat_read_earlier() -> None:
     beaten = Outcome(OutcomeKind.EXITED, code=1, beats=3, first_step_ts=1.0, last_beat={"phase": "train", "step": 38})
     assert crashes.place(beaten, None, {"step": 40, "counter": "words::?"}) == "at step 40"
     assert crashes.place(beaten, None) == "at phase train, step 38", "no counter in the output: the last beat"
     assert crashes.place(Outcome(OutcomeKind.EXITED, code=1), "safe", {"step": 1}) == "at step 1, profile safe"
+
 
 CRASHING = """\
 import sys, time
@@ -207,3 +210,25 @@ def test_a_crashs_place_is_the_last_counter_its_output_showed(tmp_path: Path) ->
     assert done.code == ExitCode.GAVE_UP, done.stderr
     assert done.kinds().count("start") == 2, done.kinds()
     assert done.of("give_up")[0]["reason"] == "the same crash twice in a row, at step 40"
+
+
+def test_a_resumed_attempt_says_so_before_its_output_and_counts_the_steps_done_again(tmp_path: Path) -> None:
+    """A crash after step 25, a checkpoint every 10: attempt 1 resumed from step 20 is said before its first line,
+    and the steps from 21 to the crash's last counter (read to the end of its output) are done again."""
+    run_dir, saved = tmp_path / "run", tmp_path / "run" / "ck"
+    loop = [sys.executable, str(FIXTURES / "resumable" / "loop.py"), "--steps", "40", "--every", "10", "--out", str(saved)]
+    options = ["--backoff", "0.1", "--resume-args", "--resume {checkpoint}", "--checkpoint", "ck/*.pt"]
+    paths = [str(FIXTURES / "uninstrumented"), os.environ.get("PYTHONPATH", "")]
+    env = cli_env({"PYTHONPATH": os.pathsep.join(filter(None, paths)), "TRAIN_FAULT": "raise@output,attempt=0,lines>=26"})
+    args = [sys.executable, "-m", "trainbox", "supervise", "--run-dir", str(run_dir), *options, "--", *loop]
+    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO, timeout=300)
+
+    assert done.returncode == ExitCode.OK, done.stdout
+    lines = done.stdout.splitlines()
+    crashed = next(n for n, line in enumerate(lines) if line.startswith("trainbox: attempt 0 exited with status 1"))
+    said = lines.index(f"trainbox: attempt 1 resumed from {saved / 'step-20.pt'}")
+    first = next(n for n, line in enumerate(lines) if n > crashed and line.startswith("step "))
+    assert lines[first].startswith("step 21/40") and crashed < said < first, "said before the attempt's own output"
+    reached = [line for line in lines[:crashed] if line.startswith("step ")][-1]  # the last counter before the crash
+    again = int(reached.split()[1].split("/")[0]) - 20
+    assert f"trainbox: attempt 1: {again} steps done again" in lines[first:], done.stdout

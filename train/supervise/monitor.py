@@ -146,6 +146,8 @@ class Monitor:
         self.record.set_state(
             State.STARTING, attempt=attempt.number, profile=launch.profile, child_pid=attempt.proc.pid, launched_ts=time.time()
         )
+        if (launch.resumed or {}).get("from"):  # said before its output: the work done again is said once it is known
+            say(f"attempt {attempt.number} resumed from {launch.resumed['from']}")
 
     def _watch(self, attempt: Attempt) -> Outcome:
         self._started(attempt)

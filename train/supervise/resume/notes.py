@@ -116,5 +116,5 @@ class ResumeNotes:
         self.record.publish(
             force=True, resumed=dict(fields, attempt=number, first=began, redone_steps=found.count, redone_unit=found.unit)
         )
-        where = f"resumed from {resumed['from']}" if resumed.get("from") else "started from the start"
-        say(f"attempt {number} {where}: {found.words()} done again")
+        where = "" if resumed.get("from") else " (it started from the start)"  # the monitor said where it resumed from
+        say(f"attempt {number}: {found.words()} done again{where}")
