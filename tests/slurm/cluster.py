@@ -9,6 +9,9 @@ batch job requeueable by default, ``SlurmdTimeout`` is short so that a killed ``
 noticed in seconds, not minutes, and a requeued job starts again after about 10 s instead of 2 minutes
 (``cred_expire``, and the scheduler's pass every 2 s instead of every 60).
 
+Job ids start at a random number: a job's rendezvous port derives from its id (:mod:`trainbox.slurm.env`), and two
+clusters on one machine (two test sessions) must not hand out the same ids.
+
 The client commands (``sbatch``, ``scontrol``, ``squeue``, ``srun`` inside a job) find this cluster through
 ``SLURM_CONF``, which :attr:`Cluster.env` carries; a batch job inherits it (``sbatch`` exports the environment).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,6 +43,7 @@ START_S = 60.0
 
 CONF = """\
 ClusterName=trainbox
+FirstJobId={first_job_id}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
@@ -135,6 +140,7 @@ class Cluster:
                 root=self.root,
                 slurmd_timeout=SLURMD_TIMEOUT_S,
                 cred_expire=CRED_EXPIRE_S,
+                first_job_id=random.randrange(1000, 1_000_000),
                 nodes=nodes,
                 node_names=",".join(NODES),
             )
