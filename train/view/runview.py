@@ -46,6 +46,8 @@ from trainbox.view.slow import SlowPeriod
 MAX_RESULTS_BYTES = 4 << 20
 #: The name Ultralytics gives its per-epoch metrics, in its save dir beside ``weights/`` (as in the run's own layout).
 RESULTS_NAME = Path(RunDir.results.path).name
+#: The longest checkpoint path followed to its results.csv (Linux' PATH_MAX): a longer one is no file's.
+MAX_PATH_CHARS = 4096
 #: The most epochs a row may name.
 MAX_EPOCHS = 1_000_000
 #: The phases of a sample that trains: a beat's ``train``, or none when the output named none (an unlabelled bar).
@@ -357,7 +359,7 @@ def _results_beside(checkpoint: Any) -> Optional[Path]:
     """``<save_dir>/results.csv`` for state.json's ``checkpoint`` at ``<save_dir>/weights/<name>.pt`` (Ultralytics'
     layout), an absolute path; None for any other (the record is untrusted: only that file name is ever read)."""
     path = checkpoint.get("path") if isinstance(checkpoint, dict) else None
-    if not isinstance(path, str) or "\0" in path:
+    if not isinstance(path, str) or "\0" in path or len(path) > MAX_PATH_CHARS:
         return None
     found = Path(path)
     if not found.is_absolute() or found.suffix != ".pt" or found.parent.name != "weights" or ".." in found.parts:
