@@ -146,7 +146,16 @@ STATE = Schema(
         # their paths are printed by status, so they are text (one line, no terminal controls) like every other.
         "checkpoint": Schema({"path": text, "mtime": timestamp, "step": whole}),
         "resumed": Schema(
-            {"attempt": whole, "from": text, "step": whole, "why": text, "redone_steps": whole, "redone_unit": text}
+            {
+                "attempt": whole,
+                "from": text,
+                "step": whole,
+                "why": text,
+                "redone_steps": whole,
+                "redone_unit": text,
+                "written": Schema({"path": text, "mtime": timestamp}),
+                "options": text,
+            }
         ),
         "redone_steps": whole,
         "exit_code": exit_code,

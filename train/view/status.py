@@ -215,6 +215,10 @@ def resumed_line(state: Dict[str, Any]) -> Optional[str]:
     where = (
         f"from {source}" + (f" (step {step})" if isinstance(step, int) else "") if isinstance(source, str) else "from the start"
     )
+    written = resumed.get("written") if isinstance(resumed.get("written"), dict) else {}
+    if not isinstance(source, str) and isinstance(written.get("path"), str):
+        options = resumed.get("options") if isinstance(resumed.get("options"), str) else "--resume-args"
+        where += f" (checkpoints written, not used on restart: {written['path']}; {options})"
     total = whole(state.get("redone_steps"))
     unit = resumed.get("redone_unit") if resumed.get("redone_unit") in UNITS else "step"
     said = f": {amount(again, unit)} done again" if isinstance(again, int) else ": work done again unknown"

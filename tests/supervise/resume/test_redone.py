@@ -24,7 +24,8 @@ def attempt(lines: Sequence[str]) -> OutputProgress:
 def counted(before: Sequence[str], after: Sequence[str]) -> Optional[str]:
     """What the restart did again: ``before`` is the attempt that stalled, ``after`` the one that followed."""
     reached, _ = attempt(before).latest()
-    found = measure(reached, attempt(after).starts(counter_of(reached)))
+    following = attempt(after)
+    found = measure(reached, following.starts(counter_of(reached, following.counters())))
     return found.words() if found else None
 
 
@@ -128,3 +129,15 @@ def test_beats_are_counted_in_steps_else_batches_within_an_epoch_else_epochs(
 def test_any_beats_give_a_count_of_zero_or_more_or_none(reached: Optional[Dict[str, Any]], starts: List[Dict[str, Any]]) -> None:
     found = measure(reached, starts)
     assert found is None or (isinstance(found.count, int) and found.count >= 0 and found.unit in ("step", "batch", "epoch"))
+
+
+def hf_log(step: int) -> str:
+    return f"{{'loss': '4.046', 'grad_norm': '0.6433', 'learning_rate': '3.375e-05', 'epoch': '{step / 32:.4f}'}}"
+
+
+def test_a_trainer_s_log_dict_after_its_bar_keeps_the_bar_as_the_counter_that_is_counted() -> None:
+    """The last beat before the hang came from the log dict (its ``counter``), at the bar's place (its ``pattern``)."""
+    before = [line for n in range(1, 16) for line in (tqdm(n), hf_log(n))]
+    assert attempt(before).latest()[0]["counter"].startswith("hf-log:"), "the dict moved last"
+    after = [tqdm(0), hf_log(11), tqdm(11), hf_log(12), tqdm(12)]
+    assert counted([tqdm(0), *before], after) == "5 steps"

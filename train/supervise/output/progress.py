@@ -520,8 +520,14 @@ class OutputProgress:
     def starts(self, counter: Optional[str]) -> List[Dict[str, Any]]:
         """The first places of ``counter`` (None: the main counter, else the first one read), as beats."""
         with self._lock:
-            main = self._counters.main.key if self._counters.main is not None else self._starts.first_counter()
-            return self._starts.of(counter or main or "")
+            first = next(iter(self._starts.counters()), "")
+            main = self._counters.main.key if self._counters.main is not None else first
+            return self._starts.of(counter or main)
+
+    def counters(self) -> List[str]:
+        """Every counter this output showed, the first read first."""
+        with self._lock:
+            return self._starts.counters()
 
     def _in_context(self, reading: Reading) -> Reading:
         """A batch with no epoch takes the last epoch read (Keras' epoch line, Ultralytics' epoch bar)."""

@@ -100,6 +100,10 @@ class ProgressSource:
             return [self._first_beat] if self._first_beat else []
         return self.output.starts(counter)
 
+    def counters(self) -> List[str]:
+        """The counters its output showed (none once it beats: beats have none)."""
+        return [] if self.beaten else self.output.counters()
+
     def lagging(self, now: float) -> Standing:
         return self.beats.lagging(now)
 

@@ -12,7 +12,7 @@ Pure and thread-unsafe: :class:`~trainbox.supervise.output.progress.OutputProgre
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from trainbox.supervise.output.counters import Reading, beat_of
 
@@ -45,6 +45,6 @@ class Starts:
         """The first one or two places of ``counter``, as beats (``pattern``, ``epoch``, ``batch`` or ``step`` ...)."""
         return [dict(beat_of(reading), counter=counter) for reading in self._starts.get(counter, [])]
 
-    def first_counter(self) -> Optional[str]:
-        """The counter read first, None before any."""
-        return next(iter(self._starts), None)
+    def counters(self) -> List[str]:
+        """Every counter read, the first read first."""
+        return list(self._starts)

@@ -44,6 +44,8 @@ class Started(Protocol):
 
     def starts(self, counter: Optional[str]) -> List[Dict[str, Any]]: ...
 
+    def counters(self) -> List[str]: ...
+
 
 #: Seconds between two looks for the command's newest checkpoint (a glob and a stat or two each): ``status`` shows
 #: its age in seconds, and checkpoints come minutes apart.
@@ -103,14 +105,14 @@ class ResumeNotes:
         """Attempt ``number`` made progress: once where it began is known, its work done again, written down."""
         if self.measured >= number or not self.reached:
             return
-        found = measure(self.reached, progress.starts(counter_of(self.reached)))
+        found = measure(self.reached, progress.starts(counter_of(self.reached, progress.counters())))
         if found is None:
             return
         self.measured = number
         counters = self.record.counters
         self.record.counters = replace(counters, redone_steps=counters.redone_steps + found.count)
         resumed = launch.resumed or {}
-        fields = {key: resumed.get(key) for key in ("from", "step", "why")}
+        fields = {key: resumed.get(key) for key in ("from", "step", "why", "written", "options")}
         began = {key: value for key, value in found.began.items() if key != "stride"}
         self.record.emit("redone", number, redone=found.count, unit=found.unit, reached=self.reached, began=began, **fields)
         self.record.publish(

@@ -65,12 +65,19 @@ def _key(beat: Mapping[str, Any]) -> Optional[str]:
     return "step" if _whole(beat.get("step")) is not None else "batch" if _whole(beat.get("batch")) is not None else None
 
 
-def counter_of(reached: Optional[Mapping[str, Any]]) -> Optional[str]:
-    """The counter whose place ``reached`` is: its ``counter``, None when that is a counter inside the place (an
-    evaluation bar's beat keeps the training bar's place, ``side_step``) or none is named (a heartbeat)."""
-    if not reached or "side_step" in reached or not isinstance(reached.get("counter"), str):
+def counter_of(reached: Optional[Mapping[str, Any]], counters: Sequence[str]) -> Optional[str]:
+    """Which of this attempt's ``counters`` (their tracks, first read first) gave ``reached`` its place: its
+    ``counter`` when that counter is the place's own; else (a beat of a counter inside the place, an evaluation bar's
+    or a log dict's, keeps the main counter's place) the first one of the place's pattern and total. None: none
+    is (a heartbeat's beats have no counter)."""
+    pattern = (reached or {}).get("pattern")
+    if not reached or not isinstance(pattern, str):
         return None
-    return reached["counter"]
+    named = reached.get("counter")
+    if named in counters and str(named).startswith(f"{pattern}:") and "side_step" not in reached:
+        return named  # type: ignore[return-value]
+    total = next((reached[key] for key in ("steps", "batches") if _whole(reached.get(key)) is not None), "?")
+    return next((key for key in counters if key.startswith(f"{pattern}:") and key.endswith(f":{total}")), None)
 
 
 def began(starts: Sequence[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:

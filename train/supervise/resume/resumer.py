@@ -7,7 +7,9 @@ again after a Ctrl-C resumes its own work). The way to resume is, first found:
    word becomes the checkpoint's path, and the words are appended to the command;
 2. else the built-in recipe of a program trainbox knows (:mod:`trainbox.supervise.resume.recipes`), which also
    replaces the same option in the command;
-3. else nothing: the command runs as it is (today's behaviour).
+3. else nothing: the command runs as it is, and a restart says why in its ``resumed`` (``from`` null, ``why``): the
+   checkpoints the command wrote that no restart uses, and the options that would hand them back
+   (:mod:`trainbox.supervise.resume.unused`).
 
 Where the checkpoints are: ``--checkpoint GLOB`` (relative to the working directory, then the run directory), else
 the recipe's globs; either way only those written since the run first started count (its earlier attempts and
@@ -43,6 +45,7 @@ from trainbox.supervise.planner import Launch
 from trainbox.supervise.policy import Outcome
 from trainbox.supervise.resume import checkpoints, recipes, refusal
 from trainbox.supervise.resume.printed import PrintedFolders
+from trainbox.supervise.resume.unused import Unused
 from trainbox.supervise.settings import CHECKPOINT_FIELD, NO_RESUME, SupervisorSettings, resume_words
 
 #: Seconds between finding the checkpoints and choosing one: a save under way writes far more often than this, so
@@ -77,6 +80,8 @@ class Resumer:
         self.given: List[str] = []
         #: Why resume words are no longer added (the program refused them), once they are not.
         self.withdrawn: Optional[str] = None
+        #: An unrecognised command's checkpoints, which no restart uses: said at each restart (resume/unused.py).
+        self.unused = Unused(self.roots[0], since, skip=(self.roots[1],))
 
     def problem(self, launch: Launch) -> Optional[str]:
         """Why ``launch`` cannot resume as it asks (one line), None when it can: ``{checkpoint}`` with nowhere to look."""
@@ -101,7 +106,7 @@ class Resumer:
         globs, program = self._globs(launch)
         words = launch.resume if launch.resume is not None else self.words
         if words is None and program is None:
-            return launch
+            return replace(launch, resumed=self.unused.why(launch.argv)) if restart else launch
         how = "the rung's resume" if launch.resume is not None else "--resume-args" if words is not None else None
         reached = after.last_beat if after is not None else None
         about: Dict[str, Any] = {"how": how or f"the built-in way for {program.name if program else '?'}"}
@@ -160,6 +165,8 @@ class Resumer:
     def newest(self, launch: Launch) -> Optional[checkpoints.Checkpoint]:
         """The newest complete checkpoint ``launch``'s command has written so far (for ``status``), without waiting."""
         globs, program = self._globs(launch)
+        if program is None and launch.resume is None and self.words is None and not self.off:
+            self.unused.look()  # on the look's thread, as this is
         return checkpoints.choose(self._find(globs, program))[0] if globs else None
 
 
