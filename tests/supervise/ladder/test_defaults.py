@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.supervised import train_cli
 from trainbox.rundir.events import Retry
@@ -120,3 +123,20 @@ def test_a_real_yolo_train_on_the_cpu_runs_without_worker_rungs(tmp_path: Path) 
     done = train_cli(args, run_dir, {"YOLO_OFFLINE": "1"}, cwd=tmp_path)
     assert "built-in rungs" not in done.stderr, done.stderr
     assert [start["profile"] for start in done.of("start")] == [None], "the command as given, on no rung"
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=4096) | st.builds(lambda n: b"Using %d dataloader workers\n" % n, st.integers(0, 10**9)))
+def test_any_attempt_log_reads_as_a_reason_or_none(tmp_path: Path, log: bytes) -> None:
+    """The log is the child's output, untrusted: any bytes give a reason or None; a FIFO in its place is no log."""
+    path = tmp_path / "attempt.log"
+    path.unlink(missing_ok=True)
+    path.write_bytes(log)
+    found = unapplied(Outcome(OutcomeKind.STALLED, detail={"log": str(path)}))
+    assert found is None or "Using 0 dataloader workers" in found
+
+
+def test_a_fifo_in_place_of_the_log_is_no_log(tmp_path: Path) -> None:
+    fifo = tmp_path / "attempt.log"
+    os.mkfifo(fifo)
+    assert unapplied(Outcome(OutcomeKind.STALLED, detail={"log": str(fifo)})) is None
