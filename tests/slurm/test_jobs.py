@@ -14,8 +14,13 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.slurm import jobs
 from tests.slurm.cluster import Cluster
+
+#: They train for real (torch DDP over gloo), so the inner loop (`-m "not docker and not training"`) leaves them out.
+pytestmark = pytest.mark.training
 
 #: A two-node job of two small epochs takes about 30 s here (six Python processes importing torch on two cores), and
 #: up to a minute while other tests load the machine.
