@@ -166,7 +166,7 @@ def test_the_transient_pattern_takes_linear_time() -> None:
 CRASH_OPTIONS = ["--startup-timeout", "90", "--stall-timeout", "30", "--grace", "5", "--quiet"]
 
 
-@pytest.mark.training  # two torch ranks join a gloo process group
+@pytest.mark.training  # torchrun starts two ranks that import torch
 def test_under_torchrun_each_crash_is_named_by_the_ranks_own_exception(tmp_path: Path) -> None:
     """A RuntimeError, then an OSError, then the same OSError: the third attempt is the repeat (torchrun's
     ChildFailedError made the first two 'the same crash'), and the give-up line quotes the rank's error."""
@@ -196,7 +196,7 @@ def test_a_transient_error_is_retried_with_a_growing_backoff_until_it_passes(tmp
     assert done.of("exit")[-1]["restarts"] == 2, "they count against --max-restarts"
 
 
-@pytest.mark.training  # two torch ranks join a gloo process group
+@pytest.mark.training  # torchrun starts two ranks that import torch
 def test_a_crashs_place_is_the_last_counter_its_output_showed(tmp_path: Path) -> None:
     """A crash at step 40 with a checkpoint every 20: the second attempt is the repeat. The ranks' last beats are
     passed over once they have ended; their output, read to its end, shows step 40 every time."""
