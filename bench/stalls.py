@@ -3,6 +3,7 @@ cause-aware stalls side by side with the clock alone (today).
 
     python bench/stalls.py [--repeat 3] [--budget 5] [--yolo-repeat 1] [--rank-repeat 1] [--cause-repeat 1]
                            [--idle-timeout 120] [--uninstrumented-repeat 0] [--accuracy 20]
+                           [--busy-silences 3] [--busy-name busy-silences]
 
 Each run supervises the beating child of ``trainbox.faults`` with a hang armed for
 attempt 0; attempt 1 runs to completion. From the events: how late after the
@@ -37,6 +38,10 @@ budget (its figure is then the budget, which the first table shows is met within
 
 ``--accuracy N`` (:mod:`stall_accuracy`): the classifier's accuracy, every cause scenario run N times under the
 real supervisor, per cause and macro, with the share called ``unknown``; written to ``stall-accuracy``.
+
+``--busy-silences N`` (:mod:`busy_silences`): healthy long silences (a busy evaluation or save, in the middle of a
+bar and after it) and hangs in the middle of a bar, N times each: the false-stall rate beside the time each hang
+was found; written to ``busy-silences`` (``--busy-name``: another name, for another checkout's figures).
 """
 
 from __future__ import annotations
@@ -442,7 +447,13 @@ def main() -> int:
     parser.add_argument("--idle-timeout", type=float, default=120.0, help="--idle-timeout of the cause-aware runs")
     parser.add_argument("--uninstrumented-repeat", type=int, default=0, help="runs of each uninstrumented hang (0: none)")
     parser.add_argument("--accuracy", type=int, default=0, help="runs of every cause scenario for the classifier's accuracy")
+    parser.add_argument("--busy-silences", type=int, default=0, help="runs of each healthy long silence and mid-bar hang")
+    parser.add_argument("--busy-name", default="busy-silences", help="results name of --busy-silences")
     args = parser.parse_args()
+    if args.busy_silences:
+        import busy_silences
+
+        busy_silences.main(args.busy_silences, args.busy_name)
     if args.accuracy:
         import stall_accuracy
 

@@ -5,11 +5,11 @@ the progress it made (its beats, every rank's under torchrun, or while it has no
 shows: :mod:`trainbox.supervise.output.source` decides which counts) goes to the progress log; an attempt that
 shows neither is told once how to give progress; the silence of the slowest rank is judged by
 :class:`~trainbox.supervise.stalls.silence.SilenceWatch` (a new silence when that rank changes or makes progress, not
-when any other rank does; keep watching, extend for a compile, or a stall, which :mod:`trainbox.supervise.stalls.stall`
-handles); the pace of that progress is the :class:`~trainbox.supervise.pace.watch.PaceWatch`'s (a run that became
-slow, and with ``--on-slow restart`` an attempt ended for it); state.json is kept fresh for ``health``. What it
-returns is the attempt's
-:class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the policy's business, not
+when any other rank does; keep watching, extend for a compile, let a busy tree go on past a learned budget
+(:mod:`trainbox.supervise.stalls.busy`), or a stall, which :mod:`trainbox.supervise.stalls.stall` handles); the
+pace of that progress is the :class:`~trainbox.supervise.pace.watch.PaceWatch`'s (a run that became slow, and with
+``--on-slow restart`` an attempt ended for it); state.json is kept fresh for ``health``. What it returns is the
+attempt's :class:`~trainbox.supervise.policy.Outcome`; what happens next is the supervisor's and the policy's business, not
 the monitor's.
 
 The supervisor's loop runs attempts through this one class, which is why an in-process test can put a stand-in
