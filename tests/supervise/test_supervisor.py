@@ -346,7 +346,8 @@ def test_process_that_survives_sigkill_ends_the_run_in_one_line(tmp_path: Path) 
     assert stuck["pid"] == child and stuck["state"] == "D" and stuck["wchan"] not in ("", "?")
     assert events[3]["code"] == ExitCode.STUCK
     lines = stderr.read_text().strip().splitlines()
-    assert lines[-1] == (
+    assert lines[-1].startswith("trainbox: report: "), "the run's last line names its report"
+    assert lines[-2] == (
         "trainbox: error: a process is stuck in the GPU driver (D state): reboot needed; "
         f"pid {child} ({stuck['name']}, state D, wchan {stuck['wchan']}) survived SIGKILL"
     )
