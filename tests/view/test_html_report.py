@@ -100,7 +100,7 @@ def test_the_supervisor_leaves_a_report_with_the_events_the_stall_and_the_figure
 def test_the_view_resumes_where_the_checkpoint_was(stalled_run: Finished) -> None:
     view = runview.read(stalled_run.run_dir)
     (stall,) = view.stalls
-    assert stall.last_step == BATCHES + 3 and stall.phase == "train"
+    assert stall.last_beat["step"] == BATCHES + 3 and stall.phase == "train"
     loss = view.loss(stall)
     assert loss.steps == 3 and loss.regained and stall.silent_s < loss.seconds < 30
     assert [a.ended_by for a in view.attempts] == ["stall", "exit"]

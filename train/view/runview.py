@@ -102,11 +102,6 @@ class Stall:
         """When its budget ran out."""
         return self.last_progress_ts + self.silent_s
 
-    @property
-    def last_step(self) -> Optional[int]:
-        step = self.last_beat.get("step")
-        return step if isinstance(step, int) else None
-
 
 @dataclass(frozen=True)
 class Loss:
