@@ -416,7 +416,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _reader_gone() -> int:
     """Whoever read stdout has gone (``| head -3``): end quietly, as a shell's own commands do, with SIGPIPE's status."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    devnull = os.open(os.devnull, os.O_WRONLY)  # not the run directory: /dev/null
     os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere, and the exit's flush cannot fail
     os.close(devnull)
     return ExitCode.for_signal(signal.SIGPIPE)

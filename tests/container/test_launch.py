@@ -263,5 +263,11 @@ def test_invoke_train_names_a_new_run_by_its_profile_and_resume_goes_on_with_the
     for name in ("safe-20261128-101010", "safe-20261129-080000", "fast-20301231-000000"):
         (runs / name).mkdir(parents=True)
     assert launch._chosen_run(request, runs) == "safe-20261129-080000"
-    fresh = launch._chosen_run(launch.TrainRequest(profile="safe", flavor="cpu", root=tmp_path), runs)
-    assert fresh.startswith("safe-") and fresh not in os.listdir(runs)
+    new = launch.TrainRequest(profile="safe", flavor="cpu", root=tmp_path)
+    fresh = launch._chosen_run(new, runs)
+    assert fresh.startswith("safe-") and not os.listdir(runs / fresh), "a new run's directory is made as it is named"
+    assert launch._chosen_run(new, runs) != fresh, "a second new run in the same second gets a directory of its own"
+    before = sorted(os.listdir(runs))
+    with pytest.raises(UserError):
+        launch.prepare(launch.TrainRequest(profile="safe", flavor="cpu", root=tmp_path, data=tmp_path / "no-such-data"))
+    assert sorted(os.listdir(runs)) == before, "a request refused for what the user gave makes no run directory"

@@ -244,9 +244,10 @@ def prepare(request: TrainRequest) -> Tuple[compose.Service, Dict[str, str]]:
     """
     check_arguments(request.profile, request.overrides, request.supervisor_args)
     values = dotenv.settings(request.flavor)
-    run_name = _valid_run_name(request.run_name or _chosen_run(request, request.root / values.get("TRAINBOX_RUNS_HOST", "runs")))
     overrides = parse_pairs(request.overrides, "--set")
     found = _resolve_dataset(request.data) if request.data is not None else None
+    # A new run's directory is made as it is named (two runs started in one second get two): after the checks.
+    run_name = _valid_run_name(request.run_name or _chosen_run(request, request.root / values.get("TRAINBOX_RUNS_HOST", "runs")))
     mounts = dataset_mounts(found) if found is not None else []
     dotenv.write(request.root, values)
     variables = dict(dotenv.variables(values), TRAINBOX_RUN_NAME=run_name)

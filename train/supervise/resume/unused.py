@@ -87,7 +87,7 @@ def _entry(path: Path, entry: Any, since: float, skip: Sequence[Path]) -> Tuple[
     if entry.name.startswith(".") or entry.name == "__pycache__" or path in skip:
         return None, False
     try:
-        info = entry.stat(follow_symlinks=False)
+        info = entry.stat(follow_symlinks=False)  # not the run directory: the working folder, the run directory skipped
     except OSError:
         return None, False
     if stat.S_ISDIR(info.st_mode):
