@@ -32,6 +32,12 @@ def test_a_step_is_read_whole_and_a_first_run_has_restarted_zero_times() -> None
     assert env.read({**STEP, "SLURM_RESTART_COUNT": "3"}).restart_count == 3
 
 
+def test_a_second_task_on_a_node_is_refused_in_one_line() -> None:
+    with pytest.raises(UserError, match="--ntasks-per-node=1"):
+        env.read({**STEP, "SLURM_LOCALID": "1"})
+    assert env.read({**STEP, "SLURM_LOCALID": "0"}).node_id == 1
+
+
 def test_the_batch_script_itself_is_not_a_step() -> None:
     assert not env.in_job_step({k: v for k, v in STEP.items() if k != "SLURM_STEP_ID"})
     assert not env.in_job_step({})

@@ -88,6 +88,8 @@ def read(environ: Mapping[str, str]) -> SlurmJob:
             f"not inside a Slurm job step: {', '.join(lacking)} not set "
             "(run it as `srun --ntasks-per-node=1 python -m trainbox supervise -- ...` in an sbatch script)"
         )
+    if environ.get("SLURM_LOCALID", "0") != "0":  # a second task on this node: torchrun starts the node's ranks
+        raise UserError("one trainbox supervise per node: srun --ntasks-per-node=1 (torchrun starts each node's ranks)")
     return SlurmJob(
         job_id=environ["SLURM_JOB_ID"],
         node_id=_number(environ, "SLURM_NODEID"),
