@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainbox.errors import ExitCode
 from trainbox.rundir.layout import RunDir
 from trainbox.supervise import endings
 from trainbox.supervise.output.progress import HOW_TO_GIVE_PROGRESS
@@ -43,3 +44,11 @@ def test_output_that_ran_without_progress_is_quoted_with_how_to_give_progress(tm
     assert HOW_TO_GIVE_PROGRESS in line
     assert line.endswith(" The child's last output:\n    epoch 1 loss 0.3\n    epoch 2 loss 0.2")
     assert "configuration error" in endings.misconfigured_line(Outcome(OutcomeKind.EXITED, code=2))
+
+
+def test_a_give_up_after_a_hang_says_another_machine_may_help_and_the_programs_own_failure_does_not() -> None:
+    assert endings.gave_up_code(Outcome(OutcomeKind.STALLED), "restart budget spent") == ExitCode.HUNG
+    assert endings.gave_up_code(Outcome(OutcomeKind.SLOW), "restart budget spent") == ExitCode.HUNG
+    assert endings.gave_up_code(Outcome(OutcomeKind.STALLED), "stalls again at step 3 (cause idle)") == ExitCode.HUNG
+    assert endings.gave_up_code(Outcome(OutcomeKind.EXITED, code=1), "restart budget spent") == ExitCode.GAVE_UP
+    assert endings.gave_up_code(Outcome(OutcomeKind.STALLED), NO_PROGRESS_READ) == ExitCode.GAVE_UP

@@ -195,14 +195,14 @@ def test_a_slow_attempt_ended_for_its_slowness_is_restarted_from_its_checkpoint(
 def test_slow_restarts_spend_the_restart_budget_and_the_give_up_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0, max_restarts=1)
     run = Run(tmp_path, [slowed, slowed, exits(0)], settings)
-    assert run() == ExitCode.GAVE_UP
+    assert run() == ExitCode.HUNG
     assert run.one("give_up")["reason"] == "restart budget spent" and run.state()["state"] == "gave_up"
     assert "slow for 640 s (memory: the run's anonymous memory 0.9 GiB, +0.8 GiB), restarted" in capsys.readouterr().err
 
 
 def test_the_same_stall_at_the_same_place_gives_up_at_once(tmp_path: Path) -> None:
     run = Run(tmp_path, [stalls(), stalls(), exits(0)])
-    assert run() == ExitCode.GAVE_UP
+    assert run() == ExitCode.HUNG
     assert run.names()[-2:] == ["give_up", "exit"]
     assert "stalls again at phase train, step 4" in run.one("give_up")["reason"]
     assert len(run.script.steps) == 1, "the third attempt never ran"
@@ -342,7 +342,7 @@ def test_the_same_place_rule_still_ends_a_deterministic_hang_on_the_last_rung(tm
     run, clock = Run(tmp_path, [], rungs=rungs), Clock()
     run.supervisor.spec.planner.ledger.clock = clock  # type: ignore[attr-defined]
     run.script_steps = [trained(clock, 200, 300, 10.0, stalls_here) for _ in range(4)]
-    assert run() == ExitCode.GAVE_UP
+    assert run() == ExitCode.HUNG
     assert [launch.profile for launch in run.script.launches] == ["fast", "fast", "safe", "safe"]
     assert run.one("give_up")["reason"].startswith("stalls again at phase train, step 300, profile safe")
     kinds = [(r["ladder"]["kind"], r["ladder"]["exhausted"]) for r in run.events if r["event"] == "restart"]
@@ -457,7 +457,7 @@ def test_every_chosen_event_is_told_in_order_and_the_last_before_run_returns(tmp
     chosen = ("stall", "restart", "give_up", "exit")
     settings = SupervisorSettings(backoff_s=0.0, backoff_max_s=0.0, notify=str(script), notify_on=",".join(chosen))
     run = Run(tmp_path / "run", [stalls(), stalls()], settings)
-    assert run() == ExitCode.GAVE_UP
+    assert run() == ExitCode.HUNG
     lines = [line.split(" ", 1) for line in told.read_text().splitlines()]  # complete: run() closed the notifier
     assert [name for name, _ in lines] == ["stall", "restart", "stall", "give_up", "exit"]
     written = [json.loads(line) for line in run.run_dir.events.read_text().splitlines()]  # as written: nulls too
