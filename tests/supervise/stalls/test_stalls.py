@@ -243,3 +243,15 @@ def test_a_thread_holding_the_gil_in_c_is_named_first(tmp_path: Path) -> None:
     first = stall["evidence"][0]
     assert "(gil-holder) holds the GIL" in first and "hold_the_gil_in_c" in first, first
     assert "idle+gil" in result.stacks(), "the stack file marks the holder"
+
+
+def test_a_stall_timeout_you_give_bounds_a_bar_that_never_reaches_its_first_percent(tmp_path: Path) -> None:
+    """Before its first percent a percentage-only bar is judged by the stall budget, and after it by what its
+    percents declare, bounded by ``--stall-timeout`` when the user gives one (the idle rule is off here, so that the
+    budget alone decides). A bar hung there was found a day later."""
+    from tests.supervise.output.test_uninstrumented import program, supervise
+
+    options = ["--stall-timeout", "3", "--idle-timeout", "0", "--max-restarts", "0", "--grace", "1"]
+    result = supervise(tmp_path, program("percent_bar.py", "--delay", "1000"), options=options)
+    stall = result.of("stall")[0]
+    assert (stall["budget_s"], stall["rule"]) == (3.0, "budget"), stall
