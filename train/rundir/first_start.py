@@ -42,5 +42,8 @@ def first_start(run: RunDir, events: List[Dict[str, Any]], now: float) -> FirstS
         return FirstStart(found["ts"], new=False)
     starts = [r["ts"] for r in events if r.get("event") == "start" and isinstance(r.get("ts"), (int, float))]
     began = FirstStart(min(starts), new=False) if starts else FirstStart(now, new=True)
-    run.files.replace(run.first_start, json.dumps({"ts": began.ts}).encode() + b"\n")
+    try:
+        run.files.replace(run.first_start, json.dumps({"ts": began.ts}).encode() + b"\n")
+    except OSError:
+        pass  # forgotten, as the docstring says; a full disk is named where the run's history is written (DiskFull)
     return began
