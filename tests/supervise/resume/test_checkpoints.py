@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -156,9 +155,8 @@ def test_any_folder_gives_a_complete_checkpoint_or_none_never_an_error(tmp_path:
 def accelerate_checkpoint(folder: Path, mtime: float, cut: Optional[str] = None) -> Path:
     """A folder as accelerate's ``save_state`` writes it (``checkpoint_N``: safetensors weights, torch.save'd optimizer
     and random states); ``cut``: the file a kill during the save left half written."""
-    from safetensors.numpy import save_file
-
     import numpy as np
+    from safetensors.numpy import save_file
 
     folder.mkdir(parents=True)
     save_file({"weight": np.zeros((16, 16), dtype=np.float32)}, str(folder / "model.safetensors"))

@@ -36,9 +36,9 @@ import pytest
 from tests.real_programs import (
     OFFLINE_HUB,
     OPTIONS,
+    PROGRAMS,
     PROGRAMS_BY_NAME,
     Program,
-    PROGRAMS,
     hf_argparse_command,
     injected,
     plant_others,

@@ -53,7 +53,9 @@ def test_a_restart_resumes_from_the_newest_complete_checkpoint_of_this_run(
 ) -> None:
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "none"))
     last = torch_file(tmp_path / "runs" / "detect" / "train2" / "weights" / "last.pt", 2000.0)
-    restarted = resumer(tmp_path).launch(command("yolo", "train", "model=yolov8n.yaml"), restart=True, after=ended(1, last_beat={"step": 9}))
+    restarted = resumer(tmp_path).launch(
+        command("yolo", "train", "model=yolov8n.yaml"), restart=True, after=ended(1, last_beat={"step": 9})
+    )
     assert list(restarted.argv) == ["yolo", "train", "resume=True", f"model={last}"]
     assert restarted.resumed is not None and restarted.resumed["how"] == "the built-in way for yolo"
     assert (restarted.resumed["from"], restarted.resumed["reached"]) == (str(last), {"step": 9})
@@ -167,8 +169,7 @@ def test_resume_words_the_program_refuses_are_withdrawn_for_the_rest_of_the_run(
     assert list(withdrawn.argv) == list(HF) and withdrawn.resumed is not None
     assert withdrawn.resumed["refused"] == "--resume_from_checkpoint"
     assert resumed_words(withdrawn.resumed) == (
-        ", from the start: the program refused --resume_from_checkpoint (its usage error): the command runs as given "
-        "from now on"
+        ", from the start: the program refused --resume_from_checkpoint (its usage error): the command runs as given from now on"
     )
     later = mine.launch(command(*HF), restart=True, after=ended(-9, beats=5))
     assert list(later.argv) == list(HF), "withdrawn for the rest of the run"

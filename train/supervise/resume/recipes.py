@@ -34,8 +34,8 @@ Limits. Recognition reads words, not meaning: a ``Trainer`` script with an argpa
 ``--resume_from_checkpoint``; it refuses the words with its usage error, and the run withdraws them
 (:mod:`trainbox.supervise.resume.refusal`). Two ``yolo train`` runs of one ``name`` started together in one
 folder get ``name`` and ``name-2``, both by the rule: until the run's output has named its folder, the time it first
-started tells them apart only from older runs. A program configured from a file (a YAML of Trainer arguments) shows none of its options here and is not recognised: give
-``--resume-args`` and ``--checkpoint`` for it.
+started tells them apart only from older runs. A program configured from a file (a YAML of Trainer arguments)
+shows none of its options here and is not recognised: give ``--resume-args`` and ``--checkpoint`` for it.
 """
 
 from __future__ import annotations
