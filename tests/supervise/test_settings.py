@@ -39,9 +39,11 @@ from trainbox.supervise.settings import (
 )
 from trainbox.yolo.profiles import Profile, default_profiles_dir
 
-#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, what it prints, and
-#: which rungs it runs: a profile ladder or a ladder file).
-NOT_SETTINGS = {"-h", "--help", "--run-dir", "--name", "--resume", "--quiet", "--profile", "--profiles-dir", "--ladder"}
+#: Options of `supervise` and `run` that are not supervisor settings (where the run goes, a Slurm job step's
+#: included, what it prints, and which rungs it runs: a profile ladder or a ladder file).
+NOT_SETTINGS = {
+    "-h", "--help", "--run-dir", "--name", "--resume", "--slurm", "--quiet", "--profile", "--profiles-dir", "--ladder"
+}  # fmt: skip
 
 
 def options(command: str) -> Dict[str, argparse.Action]:
