@@ -55,7 +55,7 @@ def meet(directory: JobDir, job: SlurmJob, rendezvous: str, wait_s: float = WAIT
     files = directory.files
     if job.node_id == 0:
         try:
-            directory.root.mkdir(parents=True, exist_ok=True)  # the job's folder itself, as a run's is made
+            directory.root.mkdir(parents=True, exist_ok=True)  # not the run directory: the job's folder, made
         except OSError as exc:
             raise UserError(f"cannot make the job directory {directory.root}: {exc.strerror or exc}") from None
         refused = files.replace(directory.job, (json.dumps(record(job, rendezvous), indent=1) + "\n").encode())

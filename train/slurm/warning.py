@@ -27,7 +27,6 @@ import threading
 import time
 from typing import Any, Iterable, Mapping, Optional
 
-from trainbox.atomic import write_text_atomic
 from trainbox.errors import ExitCode, say
 from trainbox.interrupt import WARNING_SIGNAL
 from trainbox.rundir import state as run_state
@@ -83,7 +82,8 @@ class Warning:
         assert self.warned_at is not None
         say(f"Slurm's warning ({WARNING_SIGNAL.name}): asking for a checkpoint, stopping at the next (within {self.wait_s:g} s)")
         try:
-            write_text_atomic(self.run.checkpoint_request, json.dumps({"ts": self.warned_at, "why": "slurm warning"}))
+            request = json.dumps({"ts": self.warned_at, "why": "slurm warning"}).encode()
+            self.run.files.replace(self.run.checkpoint_request, request)
         except OSError:
             pass  # a full disk: the program's own next checkpoint is waited for all the same
         deadline = time.monotonic() + self.wait_s
