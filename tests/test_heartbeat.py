@@ -55,11 +55,16 @@ def test_budget_order_startup_declared_learned_stall() -> None:
     assert policy.current({"phase": "train", "step": 3}, counting=True) == Budget("stall", 300)
     for step, silent in enumerate((1.0, 2.5, 0.5)):
         policy.observe({"phase": "train", "step": step}, silent, {"phase": "train", "step": step + 1})
-    assert policy.current({"phase": "train", "step": 3}, counting=True) == Budget("learned:train", 7.5)
+    learned = Budget("learned:train", 7.5, busy_s=300)
+    assert policy.current({"phase": "train", "step": 3}, counting=True) == learned, "a suspicion: busy for the stall budget"
     assert policy.current({"phase": "train", "step": 3}) == Budget("stall", 300), "only between steps of a counter"
     policy.observe({"phase": "train", "step": 3}, 500.0, {"phase": "train", "step": 4})
-    assert policy.current({"phase": "train", "step": 4}, counting=True) == Budget("stall", 300), "below the stall budget only"
-    assert "train" not in policy.learned()
+    assert policy.current({"phase": "train", "step": 4}, counting=True) == learned, "a long silence is kept apart"
+    slow = BudgetPolicy(startup_s=600, stall_s=300, factor=3, floor_s=5, min_samples=3)
+    for step, silent in enumerate((150.0, 120.0, 100.0)):
+        slow.observe({"phase": "train", "step": step}, silent, {"phase": "train", "step": step + 1})
+    assert slow.current({"phase": "train", "step": 3}, counting=True) == Budget("stall", 300), "below the stall budget only"
+    assert "train" not in slow.learned()
     policy.observe({"phase": "val", "timeout": 900, "step": 1}, 800.0, {"phase": "val", "timeout": 900, "step": 2})
     assert "val" not in policy.learned(), "declared phases are not learned"
 
