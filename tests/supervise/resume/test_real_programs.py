@@ -91,11 +91,12 @@ def test_a_real_program_hung_then_killed_saving_resumes_each_time_from_its_own_w
     after_kill = program.resumed(attempt_log(result, 2))
     assert after_kill == program.after_kill, f"after the kill during a save: {after_kill} ({killed.get('resumed')})"
     assert (killed["resumed"]["from"] is None) == (program.after_kill is None), killed["resumed"]
-    shown(result, killed["resumed"]["from"])
+    shown(result, killed["resumed"]["from"], curves=name == "yolo")
 
 
-def shown(result: Finished, resumed_from: Optional[str]) -> None:
-    """``status`` and the report show the finished run: its restarts and what the last one resumed from."""
+def shown(result: Finished, resumed_from: Optional[str], curves: bool = False) -> None:
+    """``status`` and the report show the finished run: its restarts and what the last one resumed from; with
+    ``curves`` (``yolo train``: Ultralytics' results.csv in its own save dir) the report draws loss and mAP."""
     env = {key: value for key, value in os.environ.items() if key != "TRAIN_FAULT"}
     trainbox = [sys.executable, "-m", "trainbox"]
     status = subprocess.run([*trainbox, "status", "--run-dir", str(result.run_dir)], capture_output=True, text=True, env=env)
@@ -105,7 +106,10 @@ def shown(result: Finished, resumed_from: Optional[str]) -> None:
         assert line in status.stdout, status.stdout
     report = subprocess.run([*trainbox, "report", str(result.run_dir)], capture_output=True, text=True, env=env)
     assert report.returncode == 0, report.stderr
-    assert resumed in (result.run_dir / "report.html").read_text(), "the report says what the run resumed from"
+    page = (result.run_dir / "report.html").read_text()
+    assert resumed in page, "the report says what the run resumed from"
+    if curves:
+        assert "alt='loss and mAP'" in page and "No results." not in page, "the report draws the run's results.csv"
 
 
 @pytest.mark.training
