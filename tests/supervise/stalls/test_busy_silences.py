@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
 import subprocess
 from pathlib import Path
 from typing import List
@@ -35,10 +36,11 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 STALL_S = 900
 #: The evaluation batches of the measuring run (each split): enough to time one batch.
 MEASURE_ITERS = 100
-#: Iterations between the resumed start and the long evaluation. The supervisor reads printed progress when it
-#: looks (every 0.5 s), several fast iterations to a look: 200 of them give it the 20 intervals it learns from on
-#: this machine, and a steady rhythm of looks (learned from 5) on a fast one.
-ITERATIONS = 200
+#: Iterations between the resumed start and the long evaluation, each made to take ``ITERATION_S`` (gradient
+#: accumulation, from the same measurement): the supervisor reads printed progress when it looks (every 0.5 s), so
+#: iterations faster than that reach it several to a look, and a fast machine would show it too few to learn from.
+ITERATIONS = 30
+ITERATION_S = 0.8
 
 
 def _with(command: List[str], **options: object) -> List[str]:
@@ -66,8 +68,11 @@ def test_a_real_nanogpt_evaluating_past_the_default_learned_floor_finishes(tmp_p
     assert measured.returncode == 0, measured.stderr[-2000:]
     per_batch_s = _iteration_ms(measured.stdout, 5) / 1000 / (2 * MEASURE_ITERS)
     eval_iters = max(MEASURE_ITERS, math.ceil(EVALUATION_S / (2 * per_batch_s)))
+    per_step_s = statistics.median(_iteration_ms(measured.stdout, n) for n in range(1, 5)) / 1000
+    accumulated = max(1, math.ceil(ITERATION_S / per_step_s))
     last = 5 + ITERATIONS
     resumed = _with(command, init_from="resume", max_iters=last, lr_decay_iters=last, eval_interval=last, eval_iters=eval_iters)
+    resumed = _with(resumed, gradient_accumulation_steps=accumulated)
 
     run_dir = tmp_path / "run"
     options = ["--run-dir", str(run_dir), "--stall-timeout", str(STALL_S)]
