@@ -12,11 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.paths import REPO
 from tests.slurm import jobs
 from tests.slurm.cluster import Cluster
 from trainbox.rundir.layout import JobDir
 
+#: The job trains (DDP over gloo, torch imported by four processes): the training layer, as the other jobs' tests.
+pytestmark = pytest.mark.training
 #: Two nodes, a hang found at 10 s of silence on each, both torchruns started again and two small epochs: about a
 #: minute here; the bound is for a loaded CI machine.
 FINISHES_S = 420
