@@ -15,7 +15,7 @@ def test_a_ddp_rank_waiting_for_a_hung_peer_waits_in_backward_and_the_hung_one_d
     hung = (JOB / "rank1-hung.txt").read_text()
     assert collective.waiting_for_peers(waiting, 14876)
     assert collective.where(waiting, 14876).function == "_engine_run_backward"  # type: ignore[union-attr]
-    assert not collective.waiting_for_peers(hung, 14877)
+    assert collective.waiting_for_peers(hung, 14877) is False
     assert collective.doing(hung, 14877) == "train/faults.py:hang_sleep"
 
 
@@ -65,5 +65,11 @@ def test_a_faulthandler_dump_is_read_too_and_no_stack_is_no_wait() -> None:
         '  File "/w/train.py", line 20 in train\n'
     )
     assert collective.waiting_for_peers(faulthandler, 7)
-    assert not collective.waiting_for_peers("no stack: py-spy failed\n", 7)
+    assert collective.waiting_for_peers("no stack: py-spy failed\n", 7) is None
     assert collective.doing("", 7) is None
+
+
+def test_a_main_thread_dumped_without_a_frame_is_unknown_not_a_suspect() -> None:
+    """Seen here under load: py-spy listed a DDP rank waiting for its peer as ``active+gil`` with no frame at all."""
+    frameless = 'Process 7: threads from py-spy dump --json\nThread 7 (active+gil): "MainThread"\n'
+    assert collective.waiting_for_peers(frameless, 7) is None

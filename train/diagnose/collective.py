@@ -65,8 +65,12 @@ def where(text: str, pid: int) -> Optional[Frame]:
     return None
 
 
-def waiting_for_peers(text: str, pid: int) -> bool:
-    """Whether ``pid``'s main thread (in a py-spy or faulthandler dump) waits for the other ranks."""
+def waiting_for_peers(text: str, pid: int) -> Optional[bool]:
+    """Whether ``pid``'s main thread (in a py-spy or faulthandler dump) waits for the other ranks; None when the dump
+    shows no frame of it (py-spy, sampling a thread between two frames of a busy wait, can list it with none)."""
+    thread = _main(text, pid)
+    if thread is None or not thread.frames:
+        return None
     return where(text, pid) is not None
 
 

@@ -204,7 +204,7 @@ class JobIncidents:
                     node=self.node,
                     rank=rank,
                     pid=pid,
-                    waiting=None if stack is None else collective.waiting_for_peers(stack, pid),
+                    waiting=None if stack is None else collective.waiting_for_peers(stack, pid),  # None: no frame
                     doing=None if stack is None else _doing(stack, pid),
                     last_progress_ts=called - silent,
                     at=at,
