@@ -142,7 +142,7 @@ def _script(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _text(path: Optional[str]) -> str:
+def script_text(path: Optional[str]) -> str:
     """The first MAX_SCRIPT_BYTES of a script or config file the command names ('' when unreadable)."""
     if not path:
         return ""
@@ -174,7 +174,7 @@ def _yolo_runs_dirs() -> List[str]:
     config = os.environ.get("YOLO_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".config", "Ultralytics")
     found: List[str] = []
     try:
-        settings = json.loads(_text(os.path.join(config, YOLO_SETTINGS)) or "{}")
+        settings = json.loads(script_text(os.path.join(config, YOLO_SETTINGS)) or "{}")
     except ValueError:
         settings = {}
     runs = settings.get("runs_dir") if isinstance(settings, dict) else None
@@ -228,12 +228,12 @@ _OUT_DIR = re.compile(r"""^\s*out_dir\s*=\s*['"]([^'"\n]+)['"]""", re.MULTILINE)
 def _is_hf(argv: Sequence[str]) -> bool:
     if not option(argv, *HF_OUTPUT):
         return False
-    text = _text(_script(argv))
+    text = script_text(_script(argv))
     return any(word in text for word in HF_ARGUMENTS)
 
 
 def _is_nanogpt(argv: Sequence[str]) -> bool:
-    text = _text(_script(argv))
+    text = script_text(_script(argv))
     return "init_from" in text and "configurator" in text
 
 
@@ -244,10 +244,10 @@ def _nanogpt_out_dir(argv: Sequence[str]) -> str:
     script = _script(argv)
     configs = [word for word in argv if word.endswith(".py") and word != script and not word.startswith("-")]
     for path in reversed(configs):  # nanoGPT's configurator runs them in order: the last one's out_dir wins
-        match = _OUT_DIR.findall(_text(path))
+        match = _OUT_DIR.findall(script_text(path))
         if match:
             return match[-1]
-    match = _OUT_DIR.findall(_text(script))
+    match = _OUT_DIR.findall(script_text(script))
     return match[-1] if match else "out"
 
 
@@ -261,7 +261,7 @@ def _nanogpt_resumed(argv: Sequence[str], checkpoint: str) -> List[str]:
 def _is_lightning(argv: Sequence[str]) -> bool:
     if any(word == "--ckpt_path" or word.startswith("--ckpt_path=") for word in argv):
         return True
-    text = _text(_script(argv))
+    text = script_text(_script(argv))
     return "lightning" in text and "--ckpt_path" in text
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trainbox.rundir.layout import program_start
+from trainbox.supervise.resume.recipes import script_text
 from trainbox.supervise.settings import CHECKPOINT_FIELD
 
 #: Files named like a checkpoint: torch.save's archives, Lightning's, safetensors.
@@ -44,8 +45,6 @@ FOLDERS = re.compile(r"(?:checkpoint|ckpt|step)[-_]\d+", re.IGNORECASE)
 #: Entries stat'ed per look, and folders deep: a look over a dataset of millions stays a few milliseconds.
 MAX_ENTRIES = 5000
 MAX_DEPTH = 4
-#: A training script is a few KiB to a few hundred; past this its options are not read.
-MAX_SCRIPT_BYTES = 512 * 1024
 #: Option names, in order, that take back a checkpoint (``--resume``, ``--resume_from_checkpoint``, ``--ckpt_path``).
 RESUME_NAMES = (re.compile(r"resume"), re.compile(r"ckpt[-_]?path|load[-_]?(?:from|checkpoint|ckpt)|init[-_]from"))
 #: argparse actions that take no value: such a resume option is a switch, the program finds its checkpoint itself.
@@ -140,19 +139,9 @@ def _script(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _source(path: Optional[str]) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as handle:  # not the run directory: the user's own script
-            return handle.read(MAX_SCRIPT_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def options(argv: Sequence[str], written: Written, root: Path) -> str:
     """The ``supervise`` options that would hand ``written`` back to ``argv``'s restarts."""
-    found = resume_option(_source(_script(argv)))
+    found = resume_option(script_text(_script(argv)))
     glob = shlex.quote(glob_of(written.path, root))
     if found is not None and found[1]:
         return f"--resume-args {shlex.quote(found[0])}"
