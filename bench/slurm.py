@@ -34,7 +34,7 @@ from common import REPO, machine, summary, write_results
 
 sys.path.insert(0, str(REPO))
 from tests.slurm import jobs  # noqa: E402
-from tests.slurm.cluster import Cluster, missing  # noqa: E402
+from tests.slurm.cluster import Cluster, missing, running  # noqa: E402
 from trainbox.rundir.layout import JobDir, RunDir  # noqa: E402
 
 #: 256 samples, batches of 16, two ranks: 8 steps per rank and epoch, the checkpoint interval.
@@ -132,20 +132,15 @@ def main() -> int:
         print(f"bench/slurm.py needs Slurm ({', '.join(lacking)} missing): bash .ci/slurm-setup.sh", file=sys.stderr)
         return 2
     rounds: List[Dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="slurm-", dir="/tmp") as where:
-        cluster = Cluster(Path(where) / "cluster")
-        cluster.start()
-        try:
-            for number in range(args.rounds):
-                bare = run_job(cluster, Path(tempfile.mkdtemp(dir=where)), args.stall_timeout, "")
-                fault = f"sleep@step,node=1,step={args.hang_step},attempt=0"
-                hung = run_job(cluster, Path(tempfile.mkdtemp(dir=where)), args.stall_timeout, fault)
-                row = dict(measured(hung), hung_wall_s=hung["wall_s"], bare_wall_s=bare["wall_s"])
-                row.update(hung_state=hung["state"], bare_state=bare["state"])
-                print(f"round {number}: {row}", flush=True)
-                rounds.append(row)
-        finally:
-            cluster.stop()
+    with tempfile.TemporaryDirectory(prefix="slurm-", dir="/tmp") as where, running(Path(where) / "cluster") as cluster:
+        for number in range(args.rounds):
+            bare = run_job(cluster, Path(tempfile.mkdtemp(dir=where)), args.stall_timeout, "")
+            fault = f"sleep@step,node=1,step={args.hang_step},attempt=0"
+            hung = run_job(cluster, Path(tempfile.mkdtemp(dir=where)), args.stall_timeout, fault)
+            row = dict(measured(hung), hung_wall_s=hung["wall_s"], bare_wall_s=bare["wall_s"])
+            row.update(hung_state=hung["state"], bare_state=bare["state"])
+            print(f"round {number}: {row}", flush=True)
+            rounds.append(row)
     data = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": machine(),

@@ -303,3 +303,20 @@ def _kill_leftovers(root: Path) -> None:
         if mine in cmdline or f"SLURM_CONF={mine}/slurm.conf" in environ:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(proc.name), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def running(root: Path) -> Iterator[Cluster]:
+    """A cluster started under ``root`` for the ``with`` block, stopped after it; one that does not start is a
+    RuntimeError with its daemons' logs, and nothing of it is left running."""
+    cluster = Cluster(root)
+    try:
+        cluster.start()
+    except BaseException:
+        logs = cluster.logs()
+        cluster.stop()
+        raise RuntimeError(f"the Slurm cluster did not start:\n{logs}") from None
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.slurm.cluster import Cluster, missing
+from tests.slurm.cluster import Cluster, missing, running
 
 
 @pytest.fixture(scope="session")
@@ -21,12 +21,5 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     if lacking:
         pytest.skip(f"no Slurm here ({', '.join(lacking)} missing): bash .ci/slurm-setup.sh installs it")
     # A short root: munged's socket path must fit a sockaddr_un (108 bytes).
-    cluster = Cluster(Path(tmp_path_factory.mktemp("slurm", numbered=True)))
-    try:
-        cluster.start()
-    except BaseException:
-        logs = cluster.logs()
-        cluster.stop()
-        raise RuntimeError(f"the Slurm cluster did not start:\n{logs}") from None
-    yield cluster
-    cluster.stop()
+    with running(Path(tmp_path_factory.mktemp("slurm", numbered=True))) as cluster:
+        yield cluster
