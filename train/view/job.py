@@ -17,7 +17,7 @@ import html
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from trainbox.atomic import atomic_writer
 from trainbox.errors import UserError
@@ -58,13 +58,12 @@ def _text(value: Any) -> str:
     return "".join(c if c.isprintable() else "?" for c in str(value))[:80]
 
 
-def _place(beat: Dict[str, Any]) -> str:
-    if isinstance(beat.get("step"), int) and "epoch" not in beat:
-        return f"step {beat['step']}"
-    if "epoch" in beat:
-        batch = f" batch {_text(beat['batch'])}" if "batch" in beat else ""
-        return f"epoch {_text(beat['epoch'])}{batch}"
-    return "-"
+def _place(progress: status.Progress) -> str:
+    """Where the node is, as ``status`` says it (its bar's place, else its beat's), or ``-`` before any progress."""
+    if progress.bar is not None:
+        return progress.bar.position()
+    beat = progress.beat
+    return status.place_of(beat, progress) if any(key in beat for key in ("epoch", "batch", "step")) else "-"
 
 
 def node_row(job: JobDir, node: int, now: float) -> NodeRow:
@@ -82,7 +81,7 @@ def node_row(job: JobDir, node: int, now: float) -> NodeRow:
         state=state,
         attempts=sum(1 for record in progress.events if record.get("event") == "start"),
         ranks=",".join(map(str, sorted(ranks))) or "-",
-        place=_place(progress.beat),
+        place=_text(_place(progress)),
         silent="-" if finished is not None or not isinstance(silent, (int, float)) else status.duration(float(silent)),
         stalls=progress.count("stall"),
     )

@@ -301,7 +301,7 @@ def _number(value: Any, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
-def _place(beat: Dict[str, Any], progress: Progress, batch: bool = True) -> str:
+def place_of(beat: Dict[str, Any], progress: Progress, batch: bool = True) -> str:
     """``epoch 3/10, batch 5/10`` (totals from args.yaml, else from the beat; ``epoch 3/10`` without ``batch``), or
     ``step 1200``, or ``batch 5`` (no ``epoch ?`` where no epoch was ever shown or known)."""
     if "epoch" not in beat and "batch" not in beat and "step" in beat:
@@ -322,8 +322,8 @@ def _trained(progress: Progress) -> str:
     if progress.bar is not None:
         return progress.bar.position()
     if "epoch" in beat:
-        return _place(beat, progress, batch=False)
-    return _place(beat, progress) if "batch" in beat or "step" in beat else "nothing: no progress was read"
+        return place_of(beat, progress, batch=False)
+    return place_of(beat, progress) if "batch" in beat or "step" in beat else "nothing: no progress was read"
 
 
 def render(
@@ -392,7 +392,7 @@ def _live_lines(progress: Progress, now: float, health: Optional[str]) -> List[s
     lines = []
     if beat:
         source = f" (read from its output: {beat['pattern']})" if beat.get("pattern") else ""
-        place = progress.bar.position() if progress.bar is not None else _place(beat, progress)
+        place = progress.bar.position() if progress.bar is not None else place_of(beat, progress)
         phase = f", phase {beat.get('phase', '?')}" if beat.get("phase") or progress.bar is None else ""
         lines.append(f"progress  {place}{phase}, last beat {duration(now - _number(beat.get('ts'), now))} ago{source}")
         if beat.get("imgs_per_s"):
